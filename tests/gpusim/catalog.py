@@ -1,0 +1,204 @@
+"""Static facts about the GPUs, drivers and NICs the simulator can play.
+
+Values come from the real captures in ../shared/fixtures/real (nvidia-smi -q / default tables of
+H100, H200, L40S, B200, A100, V100 nodes) and NVIDIA's public specifications. Everything that
+varies per node (UUIDs, serials) is derived from the node name with a hash, so that the same fleet
+spec always gives the same identities.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str  # exact nvidia-smi product name
+    arch: str  # product_architecture as nvidia-smi prints it
+    memory_mib: int  # FB total as nvidia-smi prints it
+    reserved_mib: int
+    vbios: str
+    device_id: int  # PCI device id (vendor 10DE appended by nvidia-smi)
+    subsys_id: int
+    power_limit_w: int
+    min_power_w: int
+    pcie_gen: int
+    pcie_width: int
+    nvlinks: int
+    nvlink_gbps: float  # per-link speed printed by `nvidia-smi nvlink -s`
+    compute_cap: str
+    board_part: str
+    gpu_part: str
+    inforom_img: str
+    max_graphics_mhz: int
+    max_mem_mhz: int
+    idle_power_w: int
+    tflops_fp32: float  # gpu_burn float/tensor throughput basis (Gflop/s / 1000)
+    brand: str = "NVIDIA"
+
+
+GPU_MODELS: dict[str, GpuModel] = {
+    m.name: m
+    for m in (
+        GpuModel("Tesla V100-SXM2-32GB", "Volta", 32768, 0, "88.00.80.00.01", 0x1DB5, 0x124910DE, 300,
+                 150, 3, 16, 6, 25.781, "7.0", "692-2G503-0201-000", "1DB5-895-A1", "G503.0201.00.04",
+                 1530, 877, 44, 14.0, "Tesla"),
+        GpuModel("NVIDIA A100-SXM4-80GB", "Ampere", 81920, 669, "92.00.45.00.06", 0x20B2, 0x147F10DE, 400,
+                 100, 4, 16, 12, 25.0, "8.0", "692-2G506-0210-002", "20B2-895-A1", "G506.0210.00.03",
+                 1410, 1593, 62, 19.5),
+        GpuModel("NVIDIA H100 80GB HBM3", "Hopper", 81559, 479, "96.00.A5.00.01", 0x2330, 0x16C110DE, 700,
+                 200, 5, 16, 18, 26.562, "9.0", "692-2G520-0200-000", "2330-885-A1", "G520.0200.00.05",
+                 1980, 2619, 69, 51.0),
+        GpuModel("NVIDIA H200", "Hopper", 143771, 595, "96.00.A5.00.03", 0x2335, 0x18BE10DE, 700,
+                 200, 5, 16, 18, 26.562, "9.0", "695-2G520-0280-001", "2335-895-A1", "G520.0280.02.02",
+                 1980, 3201, 120, 51.0),
+        GpuModel("NVIDIA L40S", "Ada Lovelace", 46068, 581, "95.02.66.00.02", 0x26B9, 0x185110DE, 350,
+                 100, 4, 16, 0, 0.0, "8.9", "900-2G133-0080-000", "26B9-896-A1", "G133.0242.00.03",
+                 2520, 9001, 36, 91.6),
+        GpuModel("NVIDIA B200", "Blackwell", 183359, 1024, "97.00.7D.00.0F", 0x2901, 0x199910DE, 1000,
+                 200, 5, 16, 18, 53.125, "10.0", "692-2G525-0220-000", "2901-886-A1", "G525.0220.00.02",
+                 1965, 3996, 141, 75.0),
+    )
+}
+
+
+def gpu_model(name: str) -> GpuModel:
+    try:
+        return GPU_MODELS[name]
+    except KeyError:
+        raise KeyError(f"gpusim: unknown GPU model {name!r}; known: {', '.join(GPU_MODELS)}") from None
+
+
+# PCI bus numbers of the 8-GPU HGX baseboard (as on DGX/HGX H100/H200/B200 nodes).
+HGX_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+# NIC buses next to the GPUs (ConnectX-7 on HGX).
+NIC_BUSES = ("1A", "3C", "4D", "5E", "9C", "BC", "CC", "DC")
+
+
+def pci_bus_id(index: int) -> str:
+    bus = HGX_BUSES[index] if index < len(HGX_BUSES) else f"{0xE0 + index:02X}"
+    return f"00000000:{bus}:00.0"
+
+
+def _digest(*parts: object) -> bytes:
+    return hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    h = _digest("uuid", node, index).hex()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def gpu_serial(node: str, index: int) -> str:
+    return "1" + str(int.from_bytes(_digest("serial", node, index)[:8], "big"))[:12].zfill(12)
+
+
+def board_serial(node: str) -> str:
+    return "1" + str(int.from_bytes(_digest("board", node)[:8], "big"))[:12].zfill(12)
+
+
+def nic_guid(node: str, index: int) -> str:
+    return _digest("guid", node, index).hex()[:16]
+
+
+def nic_mac(node: str, index: int) -> str:
+    return "b8cef6" + _digest("mac", node, index).hex()[:6]
+
+
+# --- driver branches -------------------------------------------------------------------------
+
+def branch(version: str | None) -> int:
+    """Driver branch (major number) of a version string, 0 for None."""
+    if not version:
+        return 0
+    return int(str(version).split(".")[0])
+
+
+def cuda_version(driver: str) -> str:
+    """CUDA version nvidia-smi reports for a driver (Table 3 of the CUDA release notes)."""
+    b = branch(driver)
+    table = ((590, "13.1"), (580, "13.0"), (575, "12.9"), (570, "12.8"), (565, "12.7"), (560, "12.6"),
+             (555, "12.5"), (550, "12.4"), (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"),
+             (520, "11.8"), (515, "11.7"), (510, "11.6"), (495, "11.5"), (470, "11.4"), (465, "11.3"),
+             (460, "11.2"), (455, "11.1"), (450, "11.0"), (0, "10.2"))
+    for lo, cuda in table:
+        if b >= lo:
+            return cuda
+    return "10.2"
+
+
+@dataclass(frozen=True)
+class OutputVariant:
+    """How one driver branch shapes nvidia-smi output.
+
+    `sample` names the real nvsmi_qx_*.xml whose element structure this variant follows (the
+    conformance test compares against it).
+    """
+
+    key: str
+    dtd: str
+    events: bool  # clocks_event_reasons (True) vs clocks_throttle_reasons (False)
+    sample: str
+    table_sep_plus: bool  # default table: '+---' (590+) or '|---' under the header
+
+
+VARIANTS = {
+    "v11": OutputVariant("v11", "nvsmi_device_v11.dtd", False, "nvsmi_qx_a10g_515.105.01_telegraf.xml", False),
+    "v12_525": OutputVariant("v12_525", "nvsmi_device_v12.dtd", False,
+                             "nvsmi_qx_rtx-3090_525.147.05_telegraf.xml", False),
+    "v12_535": OutputVariant("v12_535", "nvsmi_device_v12.dtd", True,
+                             "nvsmi_qx_rtx-4090_535.86.05_netdata.xml", False),
+    "v12_570": OutputVariant("v12_570", "nvsmi_device_v12.dtd", True,
+                             "nvsmi_qx_rtx-3060_570.124.04_telegraf.xml", False),
+    "v13": OutputVariant("v13", "nvsmi_device_v13.dtd", True,
+                         "nvsmi_qx_rtx-4000-sff-ada_595.84_telegraf.xml", True),
+}
+
+
+def variant(driver: str) -> OutputVariant:
+    """Output variant of a driver branch.
+
+    R<520: DTD v11; R525: v12 with clocks_throttle_reasons; R535-R545: v12 with clocks_event_reasons
+    (the 535.86.05 sample); R550-R580: v12 with the 570 additions (platformInfo, power readings
+    split into average/instant...); R590+: v13.
+    """
+    b = branch(driver)
+    if b < 520:
+        return VARIANTS["v11"]
+    if b < 530:
+        return VARIANTS["v12_525"]
+    if b < 550:
+        return VARIANTS["v12_535"]
+    if b < 590:
+        return VARIANTS["v12_570"]
+    return VARIANTS["v13"]
+
+
+SUPPORTED_BRANCHES = {  # a representative version per variant, used by tests
+    "v11": "515.105.01", "v12_525": "525.147.05", "v12_535": "535.161.08",
+    "v12_570": "570.124.06", "v13": "590.48.01",
+}
+
+
+# --- NICs --------------------------------------------------------------------------------------
+
+NIC_TYPES = {
+    # type: (device id for /dev/mst/mt<ID>_pciconf<N>, description, fw family prefix)
+    "ConnectX-7": (4129, "NVIDIA ConnectX-7 HHHL Adapter Card; 400GbE / NDR IB (default mode); Single-port OSFP; "
+                   "PCIe 5.0 x16; Crypto Disabled; Secure Boot Enabled", "28"),
+    "ConnectX-6 Dx": (4125, "ConnectX-6 Dx EN adapter card; 100GbE; Dual-port QSFP56; PCIe 4.0 x16; No Crypto", "22"),
+    "ConnectX-6": (4123, "ConnectX-6 VPI adapter card; HDR IB (200Gb/s) and 200GbE; single-port QSFP56", "20"),
+    "ConnectX-6 Lx": (4127, "ConnectX-6 Lx EN adapter card; 25GbE; Dual-port SFP28; PCIe 4.0 x8; No Crypto", "26"),
+    "BlueField-3": (41692, "NVIDIA BlueField-3 B3220 P-Series DPU; 200GbE / HDR IB", "32"),
+}
+
+
+def nic_info(nic_type: str) -> tuple[int, str, str]:
+    return NIC_TYPES.get(nic_type, NIC_TYPES["ConnectX-7"])
+
+
+# Fabric manager / DCGM / tool versions printed by the simulator.
+DCGM_VERSION = "3.3.9"
+MFT_VERSION = "4.30.0-139"
+NVFWUPD_VERSION = "2.0.7"
