@@ -1,0 +1,316 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What is on a GPU node: the logic behind the gpu_facts module (private).
+
+One call reads /proc and /sys directly and starts at most five processes:
+``nvidia-smi -q -x``, ``nv-fabricmanager --version``, ``systemctl is-active``,
+``dmesg`` and ``mlxfwmanager --query`` (or ``mstflint q`` per ConnectX port
+when only mstflint is installed); ``modinfo nvidia`` only when no driver is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import fabricmanager as fm_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx as mlx_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import procfs as procfs_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import xid as xid_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
+    CommandCounter,
+    Dmesg,
+    FabricManager,
+    MlxFwManager,
+    Modinfo,
+    Mstflint,
+    NvidiaSmi,
+    Systemctl,
+    ToolError,
+)
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
+
+SUBSETS = ("driver", "gpus", "fabricmanager", "nics", "xid")
+SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced")
+
+NVIDIA_VENDOR = "0x10de"
+MELLANOX_VENDOR = "0x15b3"
+# PCI class codes (first two bytes of the class file): display controllers and bridges.
+GPU_CLASS_PREFIXES = ("0x0300", "0x0302")
+NVSWITCH_CLASS_PREFIX = "0x0680"
+NIC_CLASS_PREFIXES = ("0x0200", "0x0207")
+
+
+class FactsError(Exception):
+    """A tool answered with something gpu_facts cannot trust."""
+
+    def __init__(self, msg, cmd=None, rc=None, stdout="", stderr=""):
+        super().__init__(msg)
+        self.msg = msg
+        self.cmd = cmd
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def fail_kwargs(self):
+        return {"msg": self.msg, "cmd": self.cmd, "rc": self.rc, "stdout": self.stdout, "stderr": self.stderr}
+
+
+class Host:
+    """Read-only view of the node's /proc and /sys (``root`` lets tests point it elsewhere)."""
+
+    def __init__(self, root="/"):
+        self.root = root
+
+    def path(self, *parts):
+        return os.path.join(self.root, *[p.lstrip("/") for p in parts])
+
+    def read(self, *parts):
+        try:
+            with open(self.path(*parts)) as handle:
+                return handle.read()
+        except (IOError, OSError):
+            return None
+
+    def listdir(self, *parts):
+        try:
+            return sorted(os.listdir(self.path(*parts)))
+        except (IOError, OSError):
+            return []
+
+    def kernel_release(self):
+        release = self.read("proc/sys/kernel/osrelease")
+        return release.strip() if release else platform.release()
+
+    def pci_devices(self, vendor, class_prefixes):
+        """PCI addresses under /sys/bus/pci/devices with the vendor and a class starting with a prefix."""
+        found = []
+        for address in self.listdir("sys/bus/pci/devices"):
+            if (self.read("sys/bus/pci/devices", address, "vendor") or "").strip() != vendor:
+                continue
+            pci_class = (self.read("sys/bus/pci/devices", address, "class") or "").strip()
+            if pci_class.startswith(class_prefixes):
+                found.append(address)
+        return found
+
+
+def driver_branch(version):
+    if not version:
+        return None
+    return "R" + version.split(".")[0]
+
+
+class GpuFactsCollector:
+    """Gathers ansible_facts.gpufleet; raises FactsError / ToolError on untrustworthy output."""
+
+    def __init__(self, module, host=None, gather_subset=SUBSETS, paths=None, critical_xids=DEFAULT_CRITICAL_XIDS):
+        self.module = module
+        self.host = host or Host()
+        self.subset = set(gather_subset)
+        self.paths = paths or {}
+        self.critical_xids = set(critical_xids)
+        self.counter = CommandCounter()
+
+    def _tool(self, cls, option):
+        return cls(self.module, path=self.paths.get(option), counter=self.counter)
+
+    def collect(self):
+        facts = {
+            "kernel": self.host.kernel_release(),
+            "boot_id": (self.host.read("proc/sys/kernel/random/boot_id") or "").strip() or None,
+        }
+        driver, smi = self._driver_and_gpus()
+        facts["driver"] = driver
+        if "gpus" in self.subset or "driver" in self.subset:
+            facts.update(smi)
+        nvswitches = self._nvswitches()
+        facts["nvswitch"] = {"present": bool(nvswitches), "count": len(nvswitches), "devices": nvswitches}
+        services = self._services()
+        facts["persistenced"] = {"running": services.get("nvidia-persistenced") == "active", "state": services.get("nvidia-persistenced")}
+        if "fabricmanager" in self.subset:
+            facts["fabricmanager"] = self._fabricmanager(driver, services, bool(nvswitches))
+        if "nics" in self.subset:
+            facts["nics"] = self._nics()
+        if "xid" in self.subset:
+            facts["xid"] = self._xid()
+        facts["commands_run"] = len(self.counter)
+        return facts
+
+    # -- driver and GPUs -------------------------------------------------
+    def _driver_and_gpus(self):
+        driver = {"installed": False, "loaded": False, "version": None, "flavor": None, "branch": None, "arch": None}
+        pci_gpus = self.host.pci_devices(NVIDIA_VENDOR, GPU_CLASS_PREFIXES)
+        smi_facts = {"cuda_version": None, "gpu_count": 0, "pci_gpu_count": len(pci_gpus), "gpus": [], "gpu_processes": [], "nvidia_smi": "absent"}
+
+        proc_text = self.host.read("proc/driver/nvidia/version")
+        if proc_text is not None:
+            try:
+                proc = procfs_parser.parse_driver_version(proc_text)
+            except ParseError as exc:
+                raise FactsError(
+                    "/proc/driver/nvidia/version does not read as an NVIDIA driver version file: {0}".format(exc),
+                    stdout=proc_text,
+                )
+            driver.update(installed=True, loaded=True, version=proc["version"], flavor=proc["flavor"], arch=proc.get("arch"))
+
+        smi = self._tool(NvidiaSmi, "nvidia_smi_path")
+        if smi.available:
+            driver["installed"] = True
+            rc, out, err = smi.run(["-q", "-x"], ok_rcs=None)
+            if rc == 0:
+                smi_facts["nvidia_smi"] = "ok"
+                try:
+                    parsed = nvsmi_parser.parse_xml(out)
+                except ParseError as exc:
+                    raise FactsError(
+                        "nvidia-smi -q -x printed output that is not the expected XML: {0}. "
+                        "Check that nvidia-smi belongs to the loaded driver.".format(exc),
+                        cmd=[smi.path, "-q", "-x"],
+                        rc=rc,
+                        stdout=out,
+                        stderr=err,
+                    )
+                smi_facts["cuda_version"] = parsed.get("cuda_version")
+                smi_facts["gpus"] = parsed["gpus"]
+                smi_facts["gpu_count"] = len(parsed["gpus"])
+                smi_facts["gpu_processes"] = [
+                    dict(process, gpu_uuid=gpu.get("uuid"), gpu_index=gpu.get("index")) for gpu in parsed["gpus"] for process in (gpu.get("processes") or [])
+                ]
+                if not driver["version"]:
+                    driver["version"] = parsed.get("driver_version")
+                    driver["loaded"] = True
+                elif parsed.get("driver_version") and parsed["driver_version"] != driver["version"]:
+                    smi_facts["nvidia_smi"] = "version_mismatch"
+            elif rc in (NvidiaSmi.RC_NO_DRIVER, NvidiaSmi.RC_NO_DEVICE, NvidiaSmi.RC_GPU_LOST):
+                smi_facts["nvidia_smi"] = {NvidiaSmi.RC_NO_DRIVER: "no_driver", NvidiaSmi.RC_NO_DEVICE: "no_devices", NvidiaSmi.RC_GPU_LOST: "gpu_lost"}[rc]
+                smi_facts["nvidia_smi_message"] = (out or err).strip()
+            else:
+                raise FactsError(
+                    "nvidia-smi -q -x failed with exit status {0}: {1}".format(rc, (err or out).strip()[:300]),
+                    cmd=[smi.path, "-q", "-x"],
+                    rc=rc,
+                    stdout=out,
+                    stderr=err,
+                )
+
+        if driver["installed"] and not driver["loaded"]:
+            driver["version"] = self._installed_module_version()
+        driver["branch"] = driver_branch(driver["version"])
+        return driver, smi_facts
+
+    def _installed_module_version(self):
+        modinfo = self._tool(Modinfo, "modinfo_path")
+        if not modinfo.available:
+            return None
+        rc, out, _err = modinfo.module_info("nvidia")
+        if rc != 0:
+            return None
+        try:
+            return procfs_parser.parse_modinfo(out).get("version")
+        except ParseError:
+            return None
+
+    # -- NVSwitch and fabric manager --------------------------------------
+    def _nvswitches(self):
+        devices = self.host.listdir("proc/driver/nvidia-nvswitch/devices")
+        if devices:
+            return devices
+        return self.host.pci_devices(NVIDIA_VENDOR, (NVSWITCH_CLASS_PREFIX,))
+
+    def _services(self):
+        systemctl = self._tool(Systemctl, "systemctl_path")
+        if not systemctl.available:
+            return {}
+        return systemctl.is_active(SERVICES)
+
+    def _fabricmanager(self, driver, services, nvswitch_present):
+        facts = {"installed": False, "version": None, "running": None, "state": services.get("nvidia-fabricmanager"), "matches_driver": None, "required": nvswitch_present}
+        if facts["state"] is not None:
+            facts["running"] = facts["state"] == "active"
+        tool = self._tool(FabricManager, "fabricmanager_path")
+        if not tool.available:
+            return facts
+        facts["installed"] = True
+        rc, out, err = tool.run(["--version"], ok_rcs=None)
+        try:
+            facts["version"] = fm_parser.parse_version(out + "\n" + err)
+        except ParseError as exc:
+            raise FactsError(
+                "nv-fabricmanager --version printed no version ({0}): is the fabric manager package complete?".format(exc),
+                cmd=[tool.path, "--version"],
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
+        if driver.get("version"):
+            facts["matches_driver"] = facts["version"] == driver["version"]
+        return facts
+
+    # -- ConnectX NICs ------------------------------------------------------
+    def _nics(self):
+        manager = self._tool(MlxFwManager, "mlxfwmanager_path")
+        if manager.available:
+            rc, out, err = manager.run(["--query", "--query-format", "XML"], ok_rcs=None)
+            if "<Devices" not in out and rc != 0:
+                raise FactsError(
+                    "mlxfwmanager --query failed with exit status {0} and printed no device list: {1}".format(rc, (err or out).strip()[:300]),
+                    cmd=[manager.path, "--query", "--query-format", "XML"],
+                    rc=rc,
+                    stdout=out,
+                    stderr=err,
+                )
+            try:
+                return mlx_parser.parse_fwmanager_xml(out)
+            except ParseError as exc:
+                raise FactsError("mlxfwmanager --query-format XML printed unexpected output: {0}".format(exc), rc=rc, stdout=out, stderr=err)
+        flint = self._tool(Mstflint, "mstflint_path")
+        if not flint.available:
+            return []
+        nics = []
+        for address in self.host.pci_devices(MELLANOX_VENDOR, NIC_CLASS_PREFIXES):
+            if not address.endswith(".0"):
+                continue  # one query per adapter: its first function
+            out = flint.query(address)
+            try:
+                info = mlx_parser.parse_flint_query(out)
+            except ParseError as exc:
+                raise FactsError("mstflint -d {0} q printed unexpected output: {1}".format(address, exc), stdout=out)
+            nics.append(
+                {
+                    "pci": address,
+                    "type": None,
+                    "psid": info.get("psid"),
+                    "part_number": info.get("part_number"),
+                    "description": info.get("description"),
+                    "fw_current": info.get("fw_version"),
+                    "fw_available": None,
+                    "status": None,
+                }
+            )
+        return nics
+
+    # -- Xid events ----------------------------------------------------------
+    def _xid(self):
+        dmesg = self._tool(Dmesg, "dmesg_path")
+        if not dmesg.available:
+            return {"source": None, "events": [], "counts": {}, "critical": []}
+        rc, out, err = dmesg.run([], ok_rcs=None)
+        if rc != 0:
+            # Unprivileged dmesg is refused on hardened kernels: say so, do not fail the node.
+            return {"source": "dmesg", "error": (err or out).strip()[:300], "events": [], "counts": {}, "critical": []}
+        events = xid_parser.parse_kernel_log(out)
+        counts = xid_parser.summarize(events)
+        critical = sorted(code for code in counts if code in self.critical_xids)
+        return {"source": "dmesg", "events": events, "counts": counts, "critical": critical}
+
+
+def gather(module, **kwargs):
+    """Collect the facts; ToolError and FactsError propagate to the module."""
+    return GpuFactsCollector(module, **kwargs).collect()
+
+
+__all__ = ["SUBSETS", "FactsError", "GpuFactsCollector", "Host", "ToolError", "gather"]

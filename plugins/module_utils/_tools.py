@@ -1,0 +1,173 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""One wrapper per external tool (private: may change without notice).
+
+Every process the collection starts on a node is started here: with an
+argument list (never a shell string), ``LC_ALL=C`` so output is not localised,
+and an optional time limit (through coreutils ``timeout``) for long calls.
+A failing command raises :class:`ToolError`; only modules turn that into
+``fail_json``.
+"""
+
+from __future__ import annotations
+
+# Paths searched besides $PATH: tools of NVIDIA and Mellanox packages land in sbin
+# folders that a non-login SSH session may not have on its PATH.
+SEARCH_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+_ENV = {"LC_ALL": "C", "LANG": "C"}
+
+
+class ToolError(Exception):
+    """A tool could not be run, or ended with an unexpected exit status."""
+
+    def __init__(self, msg, cmd=None, rc=None, stdout="", stderr=""):
+        super().__init__(msg)
+        self.msg = msg
+        self.cmd = cmd
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def fail_kwargs(self):
+        """Keyword arguments for ``module.fail_json``."""
+        return {"msg": self.msg, "cmd": self.cmd, "rc": self.rc, "stdout": self.stdout, "stderr": self.stderr}
+
+
+class CommandCounter:
+    """Counts the processes a module starts (reported so users can size fleet-wide runs)."""
+
+    def __init__(self):
+        self.commands = []
+
+    def add(self, cmd):
+        self.commands.append(cmd)
+
+    def __len__(self):
+        return len(self.commands)
+
+
+class Tool:
+    """Base of the wrappers: resolves the binary once, runs it with an argument list."""
+
+    binary = ""
+    label = ""
+
+    def __init__(self, module, path=None, required=False, counter=None):
+        self.module = module
+        self.counter = counter
+        if path:
+            self.path = path
+        else:
+            self.path = module.get_bin_path(self.binary, required=required, opt_dirs=SEARCH_DIRS)
+
+    @property
+    def available(self):
+        return bool(self.path)
+
+    def _timeout_prefix(self, timeout):
+        if not timeout:
+            return []
+        timeout_bin = self.module.get_bin_path("timeout", opt_dirs=SEARCH_DIRS)
+        if not timeout_bin:
+            return []
+        # SIGTERM at the limit, SIGKILL 10 s later if the tool ignores it.
+        return [timeout_bin, "--kill-after=10", str(int(timeout))]
+
+    def run(self, args, ok_rcs=(0,), timeout=None, data=None):
+        """Run the tool; return ``(rc, stdout, stderr)``; raise ToolError on other exit codes."""
+        if not self.path:
+            raise ToolError("{0} was not found on this node (searched $PATH and {1})".format(self.binary, ", ".join(SEARCH_DIRS)))
+        cmd = self._timeout_prefix(timeout) + [self.path] + list(args)
+        if self.counter is not None:
+            self.counter.add(cmd)
+        rc, out, err = self.module.run_command(cmd, check_rc=False, environ_update=_ENV, data=data)
+        if timeout and rc == 124:
+            raise ToolError("{0} did not finish within {1} s".format(self.label or self.binary, timeout), cmd=cmd, rc=rc, stdout=out, stderr=err)
+        if ok_rcs is not None and rc not in ok_rcs:
+            raise ToolError(
+                "{0} failed with exit status {1}: {2}".format(self.label or self.binary, rc, (err or out).strip()[:500]),
+                cmd=cmd,
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
+        return rc, out, err
+
+
+class NvidiaSmi(Tool):
+    binary = "nvidia-smi"
+    label = "nvidia-smi"
+    # Exit codes documented in nvidia-smi(1).
+    RC_NO_DRIVER = 9  # NVIDIA driver is not loaded / cannot communicate with it
+    RC_NO_DEVICE = 6  # a query found no valid GPU
+    RC_GPU_LOST = 15  # a GPU has fallen off the bus or has otherwise become inaccessible
+
+    def query_xml(self):
+        return self.run(["-q", "-x"])[1]
+
+    def query_gpu_csv(self, fields):
+        return self.run(["--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])[1]
+
+
+class FabricManager(Tool):
+    binary = "nv-fabricmanager"
+    label = "nv-fabricmanager --version"
+
+    def version_text(self):
+        return self.run(["--version"])[1]
+
+
+class Systemctl(Tool):
+    binary = "systemctl"
+    label = "systemctl"
+
+    def is_active(self, units):
+        """``{unit: state}`` for several units in one process (``is-active`` prints one state a line)."""
+        # is-active exits 3 when any unit is inactive: that is an answer, not a failure.
+        rc, out, err = self.run(["is-active"] + list(units), ok_rcs=None)
+        states = out.splitlines()
+        if len(states) != len(units):
+            raise ToolError(
+                "systemctl is-active printed {0} lines for {1} units".format(len(states), len(units)),
+                cmd=[self.path, "is-active"] + list(units),
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
+        return dict(zip(units, (state.strip() for state in states)))
+
+
+class Dmesg(Tool):
+    binary = "dmesg"
+    label = "dmesg"
+
+    def kernel_log(self):
+        return self.run([])[1]
+
+
+class MlxFwManager(Tool):
+    binary = "mlxfwmanager"
+    label = "mlxfwmanager --query"
+
+    def query_xml(self):
+        # mlxfwmanager can exit non-zero while printing a valid report (for
+        # example "no matching image found"): the caller judges the XML.
+        return self.run(["--query", "--query-format", "XML"], ok_rcs=None)[1]
+
+
+class Mstflint(Tool):
+    binary = "mstflint"
+    label = "mstflint query"
+
+    def query(self, device):
+        return self.run(["-d", device, "q"])[1]
+
+
+class Modinfo(Tool):
+    binary = "modinfo"
+    label = "modinfo nvidia"
+
+    def module_info(self, name):
+        return self.run([name], ok_rcs=None)

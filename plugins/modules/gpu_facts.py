@@ -1,0 +1,214 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_facts
+short_description: Gather the NVIDIA driver, GPU, NVSwitch, fabric manager, ConnectX and Xid state of a GPU node
+version_added: 0.1.0
+description:
+  - Reads what is installed and running on an NVIDIA GPU node and returns it as C(ansible_facts.gpufleet).
+  - Covers the driver (version, open or proprietary kernel module, branch, loaded or not), the CUDA version the driver supports,
+    every GPU (name, UUID, serial, PCI bus id, VBIOS, ECC double-bit error counts, remapped rows or retired pages pending,
+    temperature, clocks event reasons, GPU processes), NVSwitch presence, the fabric manager (version, running, matching the driver),
+    the persistence daemon, ConnectX NICs (PSID, part number, firmware) and Xid events in the kernel log since boot.
+  - A node without GPUs or without a driver returns facts that say so and does not fail.
+    A tool that prints something unexpected fails the task with the tool, the command and its output.
+  - Built for fleet-wide runs. One call reads C(/proc) and C(/sys) directly and starts at most five processes
+    (C(nvidia-smi -q -x), C(nv-fabricmanager --version), C(systemctl is-active), C(dmesg), C(mlxfwmanager --query));
+    C(modinfo nvidia) is added only when the driver is installed but not loaded, and C(mstflint q) once per ConnectX adapter only
+    when C(mlxfwmanager) is absent. The number started is returned as RV(ansible_facts.gpufleet.commands_run).
+author:
+  - gpufleet maintainers
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+  - gpufleet.lifecycle.attributes.INFO_MODULE
+  - gpufleet.lifecycle.attributes.FACTS
+attributes:
+  facts:
+    support: full
+options:
+  gather_subset:
+    description:
+      - What to gather. The driver, kernel, boot id and NVSwitch presence are always gathered.
+      - V(gpus) runs C(nvidia-smi), V(fabricmanager) runs C(nv-fabricmanager) and C(systemctl), V(nics) runs the Mellanox tools,
+        V(xid) reads the kernel log.
+    type: list
+    elements: str
+    choices: [all, driver, gpus, fabricmanager, nics, xid]
+    default: [all]
+  critical_xids:
+    description:
+      - Xid codes that count as critical in RV(ansible_facts.gpufleet.xid.critical).
+      - Defaults to the codes that NVIDIA's Xid catalog says need attention.
+    type: list
+    elements: int
+  nvidia_smi_path:
+    description: Path of C(nvidia-smi). Searched in E(PATH) and the sbin and bin folders when not set.
+    type: path
+  fabricmanager_path:
+    description: Path of C(nv-fabricmanager). Searched when not set.
+    type: path
+  mlxfwmanager_path:
+    description: Path of C(mlxfwmanager). Searched when not set.
+    type: path
+  mstflint_path:
+    description: Path of C(mstflint), used for ConnectX NICs when C(mlxfwmanager) is absent. Searched when not set.
+    type: path
+notes:
+  - The kernel ring buffer read by C(dmesg) holds events since boot until it wraps; on a node with a very chatty kernel, early Xid
+    events can be lost from it.
+  - Reading the kernel log needs root on kernels with C(kernel.dmesg_restrict=1); without it RV(ansible_facts.gpufleet.xid.error) says so.
+seealso:
+  - module: gpufleet.lifecycle.gpu_validate
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  gpufleet.lifecycle.gpu_facts:
+
+- name: Gather only the driver and GPUs (two processes)
+  gpufleet.lifecycle.gpu_facts:
+    gather_subset: [driver, gpus]
+
+- name: Show the driver of every node
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.gpufleet.driver.version }} ({{ ansible_facts.gpufleet.driver.flavor }})"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpufleet:
+      description: The node's GPU stack.
+      returned: always
+      type: dict
+      contains:
+        kernel:
+          description: Kernel release (C(uname -r)).
+          type: str
+          returned: always
+          sample: 6.1.0-28-amd64
+        boot_id:
+          description: The kernel's boot id; it changes on every boot.
+          type: str
+          returned: always
+          sample: 3c5b8a44-7e1b-4d93-9d6e-1f0b7a1f2c55
+        driver:
+          description: The NVIDIA driver.
+          type: dict
+          returned: always
+          sample: {installed: true, loaded: true, version: 550.90.07, flavor: open, branch: R550, arch: x86_64}
+        cuda_version:
+          description: Highest CUDA version the loaded driver supports, as C(nvidia-smi) prints it.
+          type: str
+          returned: when gpus or driver are gathered
+          sample: "12.4"
+        gpu_count:
+          description: Number of GPUs C(nvidia-smi) sees.
+          type: int
+          returned: when gpus or driver are gathered
+          sample: 8
+        pci_gpu_count:
+          description: Number of NVIDIA display controllers on the PCI bus; more than RV(ansible_facts.gpufleet.gpu_count) means a GPU is lost.
+          type: int
+          returned: when gpus or driver are gathered
+          sample: 8
+        nvidia_smi:
+          description: V(ok), V(absent), V(no_driver), V(no_devices), V(gpu_lost) or V(version_mismatch) (user space and kernel module differ).
+          type: str
+          returned: when gpus or driver are gathered
+          sample: ok
+        gpus:
+          description: One entry per GPU, as read from C(nvidia-smi -q -x).
+          type: list
+          elements: dict
+          returned: when gpus or driver are gathered
+          sample:
+            - index: 0
+              name: NVIDIA H100 80GB HBM3
+              uuid: GPU-5c0b6e0e-8b8f-4c4b-9a53-0f1b2e1c3d4e
+              serial: "1652223014857"
+              pci_bus_id: 00000000:18:00.0
+              vbios_version: 96.00.74.00.0D
+              ecc: {volatile_dbe: 0, aggregate_dbe: 0}
+              remapped_rows: {pending: false, failure: false}
+              temperature_c: 34
+              clocks_event_reasons_active: []
+        gpu_processes:
+          description: Processes using a GPU (pid, name, used memory, GPU).
+          type: list
+          elements: dict
+          returned: when gpus or driver are gathered
+          sample: []
+        nvswitch:
+          description: NVSwitch presence and count.
+          type: dict
+          returned: always
+          sample: {present: true, count: 4, devices: ["0000:05:00.0"]}
+        persistenced:
+          description: Whether nvidia-persistenced runs.
+          type: dict
+          returned: always
+          sample: {running: true, state: active}
+        fabricmanager:
+          description: Fabric manager version, state, and whether it equals the driver version.
+          type: dict
+          returned: when fabricmanager is gathered
+          sample: {installed: true, version: 550.90.07, running: true, state: active, matches_driver: true, required: true}
+        nics:
+          description: ConnectX adapters with PSID, part number and firmware.
+          type: list
+          elements: dict
+          returned: when nics is gathered
+          sample: [{pci: "0000:1a:00.0", psid: MT_0000000838, part_number: MCX755106AS-HEA_Ax, fw_current: 28.39.1002}]
+        xid:
+          description: Xid events in the kernel log since boot, counts per code, and the critical codes seen.
+          type: dict
+          returned: when xid is gathered
+          sample: {source: dmesg, events: [], counts: {}, critical: []}
+        commands_run:
+          description: Number of processes this call started on the node.
+          type: int
+          returned: always
+          sample: 5
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import SUBSETS, FactsError, ToolError, gather
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gather_subset=dict(type="list", elements="str", default=["all"], choices=["all"] + list(SUBSETS)),
+            critical_xids=dict(type="list", elements="int"),
+            nvidia_smi_path=dict(type="path"),
+            fabricmanager_path=dict(type="path"),
+            mlxfwmanager_path=dict(type="path"),
+            mstflint_path=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    subset = module.params["gather_subset"]
+    if "all" in subset:
+        subset = SUBSETS
+    paths = {name: module.params[name] for name in ("nvidia_smi_path", "fabricmanager_path", "mlxfwmanager_path", "mstflint_path")}
+    critical = module.params["critical_xids"]
+    try:
+        facts = gather(module, gather_subset=subset, paths=paths, critical_xids=DEFAULT_CRITICAL_XIDS if critical is None else critical)
+    except (FactsError, ToolError) as exc:
+        module.fail_json(**exc.fail_kwargs())
+    module.exit_json(changed=False, ansible_facts={"gpufleet": facts})
+
+
+if __name__ == "__main__":
+    main()

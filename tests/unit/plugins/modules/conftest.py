@@ -1,0 +1,98 @@
+"""Helpers to run a module's main() in-process with recorded commands."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from ansible.module_utils import basic
+
+try:  # ansible-core >= 2.19
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core 2.16 - 2.18
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    @contextlib.contextmanager
+    def patch_module_args(args=None):
+        serialized = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args or {}}))
+        original = basic._ANSIBLE_ARGS
+        basic._ANSIBLE_ARGS = serialized
+        try:
+            yield
+        finally:
+            basic._ANSIBLE_ARGS = original
+
+
+class Commands:
+    """Fake tools: a table of argument lists -> (rc, stdout, stderr), and the calls made.
+
+    A key is the tool's path followed by its arguments, as a tuple.
+    """
+
+    def __init__(self):
+        self.responses = {}
+        self.calls = []
+        self.binaries = {}
+
+    def tool(self, name, path=None):
+        self.binaries[name] = path or "/usr/bin/" + name
+        return self.binaries[name]
+
+    def on(self, argv, rc=0, stdout="", stderr=""):
+        self.responses[tuple(argv)] = (rc, stdout, stderr)
+
+    def run_command(self, module, args, **kwargs):
+        argv = tuple(args)
+        self.calls.append({"argv": list(argv), "environ_update": kwargs.get("environ_update")})
+        if argv not in self.responses:
+            raise AssertionError("unexpected command: {0}".format(list(argv)))
+        return self.responses[argv]
+
+    def get_bin_path(self, module, arg, required=False, opt_dirs=None):
+        path = self.binaries.get(arg)
+        if path is None and required:
+            module.fail_json(msg="Failed to find required executable {0}".format(arg))
+        return path
+
+
+@pytest.fixture
+def commands(monkeypatch):
+    fake = Commands()
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, args, **kw: fake.run_command(self, args, **kw))
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, arg, required=False, opt_dirs=None: fake.get_bin_path(self, arg, required, opt_dirs))
+    return fake
+
+
+class ModuleExit(Exception):
+    def __init__(self, result, failed):
+        super().__init__(result)
+        self.result = result
+        self.failed = failed
+
+
+@pytest.fixture
+def run_module(monkeypatch):
+    """run_module(main, args, check_mode=False) -> result dict (with result['failed'] on fail_json)."""
+
+    def exit_json(self, **kwargs):
+        raise ModuleExit(kwargs, False)
+
+    def fail_json(self, msg, **kwargs):
+        kwargs["msg"] = msg
+        kwargs["failed"] = True
+        raise ModuleExit(kwargs, True)
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+    def _run(main, args, check_mode=False):
+        args = dict(args)
+        if check_mode:
+            args["_ansible_check_mode"] = True
+        with patch_module_args(args):
+            with pytest.raises(ModuleExit) as caught:
+                main()
+        return caught.value.result
+
+    return _run

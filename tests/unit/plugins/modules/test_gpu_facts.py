@@ -1,0 +1,209 @@
+"""gpu_facts: the facts it returns and the processes it starts, with recorded argument lists."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gpu_facts
+from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_facts
+from tests.conftest import real_params
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "gpu_facts"
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+
+
+def fixture(name):
+    return (FIXTURES / name).read_text()
+
+
+def make_node(root, driver_text=None, pci=(), nvswitch_devices=(), boot_id="b6c1a7f0-0000-4000-8000-000000000001"):
+    """A fake / with the /proc and /sys files gpu_facts reads."""
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text(boot_id + "\n")
+    (root / "proc/sys/kernel/osrelease").write_text("6.1.0-28-amd64\n")
+    if driver_text is not None:
+        (root / "proc/driver/nvidia").mkdir(parents=True)
+        (root / "proc/driver/nvidia/version").write_text(driver_text)
+    for address in nvswitch_devices:
+        (root / "proc/driver/nvidia-nvswitch/devices" / address).mkdir(parents=True)
+    for address, vendor, pci_class in pci:
+        device = root / "sys/bus/pci/devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(pci_class + "\n")
+    return root
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    def _make(**kwargs):
+        root = make_node(tmp_path, **kwargs)
+        monkeypatch.setattr(_gpu_facts, "Host", lambda: RealHost(str(root)))
+        return root
+
+    return _make
+
+
+RealHost = _gpu_facts.Host
+
+
+HGX_PCI = (
+    ("0000:18:00.0", "0x10de", "0x030200"),
+    ("0000:2a:00.0", "0x10de", "0x030200"),
+    ("0000:1a:00.0", "0x15b3", "0x020700"),
+)
+
+
+def full_node(commands, node, smi_xml=None):
+    node(driver_text=fixture("proc_version_open_550.90.07.txt"), pci=HGX_PCI, nvswitch_devices=("0000:05:00.0", "0000:06:00.0"))
+    smi = commands.tool("nvidia-smi")
+    fm = commands.tool("nv-fabricmanager", "/usr/bin/nv-fabricmanager")
+    systemctl = commands.tool("systemctl", "/usr/bin/systemctl")
+    dmesg = commands.tool("dmesg", "/usr/bin/dmesg")
+    mlx = commands.tool("mlxfwmanager", "/usr/bin/mlxfwmanager")
+    commands.on([smi, "-q", "-x"], stdout=smi_xml or fixture("nvsmi_qx_2xH100_550.90.07.xml"))
+    commands.on([fm, "--version"], stdout=fixture("fm_version_550.90.07.txt"))
+    commands.on([systemctl, "is-active", "nvidia-fabricmanager", "nvidia-persistenced"], rc=0, stdout="active\nactive\n")
+    commands.on([dmesg], stdout=fixture("dmesg_xid79.txt"))
+    # mlxfwmanager exits non-zero when an update is available and still prints the report.
+    commands.on([mlx, "--query", "--query-format", "XML"], rc=1, stdout=fixture("mlxfwmanager_query_2xCX7.xml"))
+
+
+def test_full_node_facts_and_exact_commands(commands, node, run_module):
+    full_node(commands, node)
+    result = run_module(gpu_facts.main, {})
+    assert result["changed"] is False
+    facts = result["ansible_facts"]["gpufleet"]
+
+    assert facts["driver"] == {"installed": True, "loaded": True, "version": "550.90.07", "flavor": "open", "branch": "R550", "arch": "x86_64"}
+    assert facts["cuda_version"] == "12.4"
+    assert facts["kernel"] == "6.1.0-28-amd64"
+    assert facts["boot_id"] == "b6c1a7f0-0000-4000-8000-000000000001"
+    assert facts["gpu_count"] == 2 and facts["pci_gpu_count"] == 2
+    first, second = facts["gpus"]
+    assert first["uuid"] == "GPU-5c0b6e0e-8b8f-4c4b-9a53-0f1b2e1c3d4e"
+    assert first["pci_bus_id"] == "00000000:18:00.0"
+    assert first["vbios_version"] == "96.00.74.00.0D"
+    assert second["ecc"]["volatile_dbe"] == 2 and second["ecc"]["aggregate_dbe"] == 5
+    assert second["remapped_rows"]["pending"] is True
+    assert second["temperature_c"] == 88
+    assert "sw_thermal" in " ".join(second["clocks_event_reasons_active"])
+    assert [p["pid"] for p in facts["gpu_processes"]] == [41234]
+    assert facts["gpu_processes"][0]["gpu_uuid"] == second["uuid"]
+    assert facts["nvswitch"] == {"present": True, "count": 2, "devices": ["0000:05:00.0", "0000:06:00.0"]}
+    assert facts["fabricmanager"]["version"] == "550.90.07"
+    assert facts["fabricmanager"]["matches_driver"] is True and facts["fabricmanager"]["running"] is True
+    assert facts["persistenced"]["running"] is True
+    assert [nic["psid"] for nic in facts["nics"]] == ["MT_0000000838", "MT_0000000838"]
+    assert facts["nics"][0]["fw_current"] == "28.39.1002"
+    assert facts["xid"]["counts"] == {79: 1, 13: 1}
+    assert facts["xid"]["critical"] == [79]
+
+    # Exactly these processes, each an argument list, each with LC_ALL=C.
+    assert [call["argv"] for call in commands.calls] == [
+        ["/usr/bin/nvidia-smi", "-q", "-x"],
+        ["/usr/bin/systemctl", "is-active", "nvidia-fabricmanager", "nvidia-persistenced"],
+        ["/usr/bin/nv-fabricmanager", "--version"],
+        ["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"],
+        ["/usr/bin/dmesg"],
+    ]
+    assert all(call["environ_update"]["LC_ALL"] == "C" for call in commands.calls)
+    assert facts["commands_run"] == 5
+
+
+def test_check_mode_reports_the_same_and_changes_nothing(commands, node, run_module):
+    full_node(commands, node)
+    result = run_module(gpu_facts.main, {}, check_mode=True)
+    assert result["changed"] is False
+    assert result["ansible_facts"]["gpufleet"]["driver"]["version"] == "550.90.07"
+
+
+def test_gather_subset_limits_processes(commands, node, run_module):
+    full_node(commands, node)
+    result = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus"]})
+    facts = result["ansible_facts"]["gpufleet"]
+    assert "nics" not in facts and "xid" not in facts and "fabricmanager" not in facts
+    assert [call["argv"][1:] for call in commands.calls] == [["-q", "-x"], ["is-active", "nvidia-fabricmanager", "nvidia-persistenced"]]
+
+
+def test_node_without_gpu_or_driver_says_so(commands, node, run_module):
+    node()
+    result = run_module(gpu_facts.main, {})
+    facts = result["ansible_facts"]["gpufleet"]
+    assert result.get("failed") is not True
+    assert facts["driver"] == {"installed": False, "loaded": False, "version": None, "flavor": None, "branch": None, "arch": None}
+    assert facts["gpu_count"] == 0 and facts["gpus"] == [] and facts["nvidia_smi"] == "absent"
+    assert facts["nvswitch"]["present"] is False
+    assert facts["nics"] == [] and facts["fabricmanager"]["installed"] is False
+    assert commands.calls == []
+
+
+def test_installed_driver_not_loaded(commands, node, run_module):
+    node(pci=HGX_PCI[:2])
+    smi = commands.tool("nvidia-smi")
+    modinfo = commands.tool("modinfo", "/usr/sbin/modinfo")
+    commands.on([smi, "-q", "-x"], rc=9, stdout=NO_DRIVER)
+    commands.on(
+        [modinfo, "nvidia"],
+        stdout="filename:       /lib/modules/6.1.0-28-amd64/updates/dkms/nvidia.ko\nversion:        550.90.07\nlicense:        Dual MIT/GPL\n",
+    )
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver"]})["ansible_facts"]["gpufleet"]
+    assert facts["driver"]["installed"] is True and facts["driver"]["loaded"] is False
+    assert facts["driver"]["version"] == "550.90.07" and facts["driver"]["branch"] == "R550"
+    assert facts["nvidia_smi"] == "no_driver" and "couldn't communicate" in facts["nvidia_smi_message"]
+    assert facts["pci_gpu_count"] == 2 and facts["gpu_count"] == 0
+
+
+def test_fabricmanager_mismatch_is_reported_not_hidden(commands, node, run_module):
+    full_node(commands, node)
+    commands.on([commands.binaries["nv-fabricmanager"], "--version"], stdout="Fabric Manager version is : 535.161.08\n")
+    facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
+    assert facts["fabricmanager"]["version"] == "535.161.08"
+    assert facts["fabricmanager"]["matches_driver"] is False
+
+
+@pytest.mark.parametrize(
+    ("tool", "argv_tail", "output", "expected"),
+    [
+        ("nvidia-smi", ["-q", "-x"], "<html>not nvidia-smi</html>", r"nvidia-smi -q -x printed output that is not the expected XML"),
+        ("nv-fabricmanager", ["--version"], "Segmentation fault\n", r"nv-fabricmanager --version printed no version"),
+    ],
+)
+def test_unexpected_tool_output_fails_with_tool_command_and_output(commands, node, run_module, tool, argv_tail, output, expected):
+    full_node(commands, node)
+    commands.on([commands.binaries[tool]] + argv_tail, stdout=output)
+    result = run_module(gpu_facts.main, {})
+    assert result["failed"] is True
+    assert re.search(expected, result["msg"])
+    assert result["cmd"] == [commands.binaries[tool]] + argv_tail
+    assert result["stdout"] == output
+
+
+def test_nvidia_smi_crash_fails_with_status(commands, node, run_module):
+    full_node(commands, node)
+    commands.on([commands.binaries["nvidia-smi"], "-q", "-x"], rc=255, stderr="Unknown Error\n")
+    result = run_module(gpu_facts.main, {})
+    assert result["failed"] is True
+    assert "exit status 255" in result["msg"] and "Unknown Error" in result["msg"]
+
+
+def test_critical_xids_option_overrides_the_catalog(commands, node, run_module):
+    full_node(commands, node)
+    facts = run_module(gpu_facts.main, {"critical_xids": [13]})["ansible_facts"]["gpufleet"]
+    assert facts["xid"]["critical"] == [13]
+
+
+@pytest.mark.parametrize("path", real_params("nvsmi_qx_*.xml"))
+def test_real_nvidia_smi_xml_gives_one_fact_per_gpu(commands, node, run_module, path):
+    text = path.read_text()
+    full_node(commands, node, smi_xml=text)
+    facts = run_module(gpu_facts.main, {"gather_subset": ["gpus"]})["ansible_facts"]["gpufleet"]
+    assert facts["gpu_count"] == text.count("<gpu id=")
+    assert facts["cuda_version"] == re.search(r"<cuda_version>([^<]+)<", text).group(1)
+    assert [gpu["uuid"] for gpu in facts["gpus"]] == re.findall(r"<uuid>([^<]+)</uuid>", text)
