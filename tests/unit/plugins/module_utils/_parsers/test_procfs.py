@@ -1,0 +1,259 @@
+"""Tests of the /proc/driver/nvidia, modinfo, lsmod and nvidia-container-cli parsers."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.procfs import (
+    parse_container_cli_info,
+    parse_driver_version,
+    parse_gpus_information,
+    parse_lsmod,
+    parse_modinfo,
+)
+
+from tests.conftest import OWN, REAL, real_files, real_params
+
+
+def _read(path):
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+# Read from the files by hand.
+DRIVER_VERSIONS = {
+    "proc_version_open_525.60.11_arch.txt": {
+        "version": "525.60.11",
+        "flavor": "open",
+        "arch": "x86_64",
+        "build_date": None,  # this build printed no date, only the builder
+        "compiler": "gcc version 12.2.0 (GCC)",
+    },
+    "proc_version_open_555.58_localized-date.txt": {
+        "version": "555.58",
+        "flavor": "open",
+        "arch": "x86_64",
+        "build_date": "\u0421\u0431 29 \u0438\u044e\u043d 2024 14:36:22 MSK",  # a Russian-localized date, kept as text
+        "compiler": None,  # first line only
+    },
+    "proc_version_open_aarch64_jetson_35.3.1.txt": {
+        "version": "35.3.1",  # the L4T release, not a desktop driver branch
+        "flavor": "open",
+        "arch": "aarch64",
+        "build_date": "Sun Mar 19 08:09:33 PDT 2023",
+        "compiler": "gcc version 9.3.0 (Buildroot 2020.08)",
+    },
+    "proc_version_proprietary_384.98.txt": {
+        "version": "384.98",
+        "flavor": "proprietary",
+        "arch": "x86_64",
+        "build_date": "Thu Oct 26 15:16:01 PDT 2017",
+        "compiler": "gcc version 7.2.0 (Ubuntu 7.2.0-8ubuntu3)",
+    },
+}
+
+
+@pytest.mark.parametrize("path", real_params("proc-driver/proc_version_*"))
+def test_driver_version_real(path):
+    assert path.name in DRIVER_VERSIONS, f"{path.name}: a new real fixture needs its expected values here"
+    assert parse_driver_version(_read(path)) == DRIVER_VERSIONS[path.name]
+
+
+def test_driver_version_own_proprietary_535():
+    result = parse_driver_version((OWN / "procfs" / "proc_version_proprietary_535.161.08.txt").read_text())
+    assert result == {
+        "version": "535.161.08",
+        "flavor": "proprietary",
+        "arch": "x86_64",
+        "build_date": "Tue Mar  5 22:42:15 UTC 2024",
+        "compiler": "gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)",
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "GCC version:  gcc version 12.2.0 (GCC)\n",
+        "cat: /proc/driver/nvidia/version: No such file or directory\n",
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  \n",  # version lost
+        "NVRM version:   525.105.17\n",  # nvidia-container-cli's line, not the kernel module's
+    ],
+)
+def test_driver_version_without_nvrm_line_raises(text):
+    with pytest.raises(ParseError, match="/proc/driver/nvidia/version"):
+        parse_driver_version(text)
+
+
+def test_driver_version_rejects_other_real_outputs():
+    for path in real_files("proc-driver/nvidia-container-cli_info_*") + real_files("proc-driver/modinfo_*"):
+        with pytest.raises(ParseError):
+            parse_driver_version(_read(path))
+
+
+# ---- modinfo ----
+
+MODINFO = {
+    # TRUNCATED paste, complete up to the parm lines: everything that matters is there.
+    "modinfo_nvidia_open_590.44.01_PARTIAL.txt": {
+        "version": "590.44.01",
+        "license": "Dual MIT/GPL",
+        "flavor": "open",
+        "filename": "/lib/modules/6.8.0-90-generic/updates/dkms/nvidia.ko",
+        "firmware": ["nvidia/590.44.01/gsp_tu10x.bin", "nvidia/590.44.01/gsp_ga10x.bin"],
+        "vermagic": "6.8.0-90-generic SMP preempt mod_unload modversions",
+        "srcversion": "6AB346C68F15FDDC88B47F1",
+        "depends": ["ecc"],
+        "signer": None,
+    },
+    # The paste lost the first character ("ilename:"): filename is unknown, the rest is right.
+    "modinfo_nvidia_open_515.48.07_PARTIAL_first-char-lost.txt": {
+        "version": "515.48.07",
+        "license": "Dual MIT/GPL",
+        "flavor": "open",
+        "filename": None,
+        "firmware": ["nvidia/515.48.07/gsp.bin"],
+        "vermagic": "4.9.2-3.0.0.std7b.el7.5.x86_64 SMP mod_unload",
+        "srcversion": "FAF867C627FC8DEDD45D08A",
+        "depends": ["drm"],
+        "signer": None,
+    },
+}
+
+
+@pytest.mark.parametrize("path", real_params("proc-driver/modinfo_*"))
+def test_modinfo_real_partial_results(path):
+    assert path.name in MODINFO, f"{path.name}: a new real fixture needs its expected values here"
+    assert parse_modinfo(_read(path)) == MODINFO[path.name]
+
+
+def test_modinfo_own_proprietary_signed():
+    result = parse_modinfo((OWN / "procfs" / "modinfo_nvidia_proprietary_535.161.08_signed.txt").read_text())
+    assert (result["version"], result["license"], result["flavor"]) == ("535.161.08", "NVIDIA", "proprietary")
+    assert result["depends"] == []
+    assert result["signer"] == "DKMS module signing key"
+    assert len(result["firmware"]) == 2
+
+
+def test_modinfo_module_not_found():
+    with pytest.raises(ParseError, match="Module nvidia not found"):
+        parse_modinfo((OWN / "procfs" / "modinfo_module_not_found.txt").read_text())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no 'key: value'"),
+        ("ersion:        515.48.07\nlicense:        Dual MIT/GPL\n", "no 'version:'"),  # first character lost on the version line
+        ("version:        515.48\x00\nlicense:        NVIDIA\n", "not a driver version"),
+        ("version:        550.90.07\nlicense:        Proprietary\n", "unknown license"),
+    ],
+)
+def test_modinfo_damaged_raises(text, message):
+    with pytest.raises(ParseError, match=message):
+        parse_modinfo(text)
+
+
+def test_modinfo_without_license_gives_no_flavor():
+    assert parse_modinfo("version:        550.90.07\n")["flavor"] is None
+
+
+# ---- lsmod ----
+
+
+def test_lsmod_own_nvidia_stack():
+    modules = parse_lsmod((OWN / "procfs" / "lsmod_nvidia_open_550.txt").read_text())
+    assert modules["nvidia"] == {"size": 8650752, "used_by_count": 62, "used_by": ["nvidia_uvm", "nvidia_peermem", "nvidia_modeset"]}
+    assert modules["nvidia_uvm"] == {"size": 4972544, "used_by_count": 4, "used_by": []}
+    assert modules["nvidia_modeset"]["used_by"] == ["nvidia_drm"]
+    assert modules["ipmi_msghandler"]["used_by"] == ["ipmi_devintf", "ipmi_si"]  # [permanent] is not a module
+    assert len(modules) == 13
+
+
+def test_lsmod_without_nvidia():
+    modules = parse_lsmod((OWN / "procfs" / "lsmod_no_nvidia.txt").read_text())
+    assert set(modules) == {"nvme", "nvme_core"}
+    assert "nvidia" not in modules
+
+
+def test_lsmod_header_only_is_empty():
+    assert parse_lsmod("Module                  Size  Used by\n") == {}
+
+
+@pytest.mark.parametrize("text", ["", "lsmod: command not found\n", "Module                  Size  Used by\nnvidia  big  3\n"])
+def test_lsmod_garbage_raises(text):
+    with pytest.raises(ParseError, match="lsmod"):
+        parse_lsmod(text)
+
+
+# ---- /proc/driver/nvidia/gpus/*/information ----
+
+
+def test_gpus_information_real_two_blocks():
+    files = real_files("proc-driver/proc_gpus_information_*")
+    if not files:
+        pytest.skip("../shared/fixtures/real is absent")
+    assert [path.name for path in files] == ["proc_gpus_information_2x_geforce_old-driver.txt"]
+    first, second = parse_gpus_information(_read(files[0]))
+    assert first == {
+        "model": "GeForce GTX 1080 Ti",
+        "irq": 63,
+        "uuid": "GPU-e953c3c5-dba7-029e-ce44-7b51417131df",
+        "vbios_version": "86.02.40.00.48",
+        "bus_type": "PCIe",
+        "dma_size_bits": 47,
+        "dma_mask": "0x7fffffffffff",
+        "pci_bus_id": "0000:17:00.0",
+        "device_minor": 0,
+        "gpu_firmware": None,
+        "excluded": False,  # read from the old "Blacklisted: No"
+    }
+    assert (second["model"], second["pci_bus_id"], second["device_minor"], second["dma_size_bits"]) == ("GeForce GTX TITAN X", "0000:65:00.0", 1, 40)
+
+
+def test_gpus_information_own_newer_driver():
+    (gpu,) = parse_gpus_information((OWN / "procfs" / "gpus_information_h100_550.90.07.txt").read_text())
+    assert (gpu["model"], gpu["gpu_firmware"], gpu["excluded"], gpu["irq"]) == ("NVIDIA H100 80GB HBM3", "550.90.07", False, 0)
+    assert gpu["pci_bus_id"] == "0000:18:00.0"
+
+
+@pytest.mark.parametrize("text", ["", "IRQ: 63\nBus Type: PCIe\n", "cat: /proc/driver/nvidia/gpus/*/information: No such file or directory\n"])
+def test_gpus_information_without_model_raises(text):
+    with pytest.raises(ParseError, match="Model"):
+        parse_gpus_information(text)
+
+
+# ---- nvidia-container-cli info ----
+
+
+@pytest.mark.parametrize("path", real_params("proc-driver/nvidia-container-cli_info_*"))
+def test_container_cli_info_real(path):
+    assert path.name == "nvidia-container-cli_info_525.105.17_gtx1070.txt"
+    assert parse_container_cli_info(_read(path)) == {
+        "driver_version": "525.105.17",
+        "cuda_version": "12.0",
+        "devices": [
+            {
+                "index": 0,
+                "minor": 0,
+                "model": "NVIDIA GeForce GTX 1070",
+                "brand": "GeForce",
+                "uuid": "GPU-38ab400c-8953-69b1-5460-f70aefd40f8b",
+                "pci_bus_id": "00000000:0b:00.0",
+                "architecture": "6.1",
+            }
+        ],
+    }
+
+
+def test_container_cli_info_error_raises():
+    with pytest.raises(ParseError, match="nvidia-container-cli"):
+        parse_container_cli_info("nvidia-container-cli: initialization error: nvml error: driver not loaded\n")
+
+
+def test_every_real_proc_driver_file_is_covered():
+    files = real_files("proc-driver/*")
+    if not files:
+        pytest.skip("../shared/fixtures/real is absent")
+    covered = set(DRIVER_VERSIONS) | set(MODINFO) | {"proc_gpus_information_2x_geforce_old-driver.txt", "nvidia-container-cli_info_525.105.17_gtx1070.txt"}
+    assert {path.name for path in files} <= covered
+    assert (REAL / "proc-driver").is_dir()
