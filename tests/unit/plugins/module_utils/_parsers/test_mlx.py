@@ -1,0 +1,424 @@
+"""Tests of the mlxfwmanager / mlxup / flint / mlxfwreset / mst / mlxconfig parsers."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from tests.conftest import OWN, REAL, real_params
+
+# Per file, read by hand: [(pci as printed, psid, fw current, fw available, pxe current, uefi current, status)].
+QUERY_EXPECTED = {
+    "mlxfwmanager_query_BlueField2_24.99.0932_sonic-test-fixture.txt": [
+        ("/dev/mst/mt41686_pciconf0", "MT_0000000767", "24.99.0932", None, None, None, "No matching image found"),
+    ],
+    "mlxfwmanager_query_CX3_MCX354A-FCB_2.42.5000_no-matching-image.txt": [
+        ("0000:02:00.0", "MT_1090120019", "2.42.5000", None, "3.4.0752", None, "No matching image found"),
+    ],
+    "mlxfwmanager_query_CX4LX_14.20.1010_no-matching-image_blog.txt": [
+        ("/dev/mst/mt4117_pciconf0", "MT_2430110032", "14.20.1010", None, "3.5.0210", None, "No matching image found"),
+    ],
+    "mlxfwmanager_query_CX4_MCX455A-ECA_12.28.2040_no-matching-image.txt": [
+        ("/dev/mst/mt4115_pciconf0", "MT_2180110032", "12.28.2040", None, "3.6.0102", "14.21.0017", "No matching image found"),
+    ],
+    "mlxfwmanager_query_CX7_MCX755106AS-HEA_28.44.1036_device13_partial.txt": [
+        ("/dev/mst/mt4129_pciconf0", "MT_0000000834", "28.44.1036", None, "3.7.0500", "14.37.0014", "No matching image found"),
+    ],
+    "mlxfwmanager_query_HP-CX3Pro_2.42.5044_CLP_windows_partial.txt": [
+        ("mt4103_pci_cr0", "HP_1370110017", "2.42.5044", None, "3.4.0754", "14.11.0048", "No matching image found"),
+    ],
+    "mlxfwmanager_update_CX6DX_22.31.1014-to-22.33.1048_via-mlnx-en-5.6-install.txt": [
+        ("d2:00.0", "MT_0000000359", "22.31.1014", "22.33.1048", "3.6.0403", "14.24.0013", "Update required"),
+    ],
+    "mlxup_online_query_then_decline_CX6LX_empovit.txt": [
+        ("/dev/mst/mt4127_pciconf0", "MT_0000000575", "26.33.1048", "26.43.1014", "3.6.0502", "14.26.0017", "Update required"),
+    ],
+    "mlxup_query_HP-CX3Pro_2.42.5700_mlxup4.22.1.txt": [
+        ("/dev/mst/mt4103_pci_cr0", "HP_1380110017", "2.42.5700", None, None, None, "No matching image found"),
+    ],
+    "mlxup_query_and_update_2xCX7_28.42.1000-to-28.43.1014_schmaustech.txt": [
+        ("/dev/mst/mt4129_pciconf1", "MT_0000001244", "28.42.1000", "28.43.1014", "3.7.0500", "14.35.0015", "Update required"),
+        ("/dev/mst/mt4129_pciconf0", "MT_0000001244", "28.42.1000", "28.43.1014", "3.7.0500", "14.35.0015", "Update required"),
+    ],
+    "mlxup_query_text_2xCX7_28.40.1000_update-required_sigitp.txt": [
+        ("/dev/mst/mt4129_pciconf1", "MT_0000000834", "28.40.1000", "28.43.1014", "3.7.0300", "14.33.0010", "Update required"),
+        ("/dev/mst/mt4129_pciconf0", "MT_0000000834", "28.40.1000", "28.43.1014", "3.7.0300", "14.33.0010", "Update required"),
+    ],
+    "mlxup_query_text_CX6LX_26.33.1048_update-required_empovit.txt": [
+        ("0002:01:00.0", "MT_0000000575", "26.33.1048", "26.43.1014", "3.6.0502", "14.26.0017", "Update required"),
+    ],
+    "mlxup_update_2xCX7_28.40.1000-to-28.43.1014_sigitp.txt": [
+        ("/dev/mst/mt4129_pciconf1", "MT_0000000834", "28.40.1000", "28.43.1014", "3.7.0300", "14.33.0010", "Update required"),
+        ("/dev/mst/mt4129_pciconf0", "MT_0000000834", "28.40.1000", "28.43.1014", "3.7.0300", "14.33.0010", "Update required"),
+    ],
+}
+
+
+def _rows(devices):
+    return [(d["pci"], d["psid"], d["fw_current"], d["fw_available"], d["pxe_current"], d["uefi_current"], d["status"]) for d in devices]
+
+
+def _lines(path, first, last):
+    """Lines first..last (1-based, inclusive) of a real file: one output block of a FULL_ page."""
+    return "\n".join(path.read_text().split("\n")[first - 1 : last])
+
+
+@pytest.mark.parametrize("path", real_params("mellanox/mlxfwmanager_*") + real_params("mellanox/mlxup_*"))
+def test_fwmanager_text_real(path):
+    devices = mlx.parse_fwmanager_text(path.read_text())
+    assert _rows(devices) == QUERY_EXPECTED[path.name]
+    for device in devices:
+        assert device["update_required"] is {"Update required": True, "No matching image found": None}[device["status"]]
+
+
+def test_fwmanager_text_details(real_dir):
+    device = mlx.parse_fwmanager_text((real_dir / "mellanox/mlxup_query_text_CX6LX_26.33.1048_update-required_empovit.txt").read_text())[0]
+    assert device["index"] == 1
+    assert device["type"] == "ConnectX6LX"
+    assert device["part_number"] == "MCX631102AS-ADA_Ax"
+    assert device["pci_address"] == "0002:01:00.0"
+    assert device["device"] is None
+    assert device["base_guid"] == "e8ebd3030070cf12"
+    assert device["base_mac"] == "e8ebd370cf12"
+    assert device["uefi_available"] == "14.36.0016"
+    assert device["description"].startswith("ConnectX-6 Lx EN adapter card; 25GbE")
+
+
+def test_fwmanager_text_short_bdf_and_mst_names(real_dir):
+    update = (real_dir / "mellanox/mlxfwmanager_update_CX6DX_22.31.1014-to-22.33.1048_via-mlnx-en-5.6-install.txt").read_text()
+    device = mlx.parse_fwmanager_text(update)[0]
+    assert (device["pci"], device["pci_address"], device["device"]) == ("d2:00.0", "0000:d2:00.0", None)
+    bf2 = mlx.parse_fwmanager_text((real_dir / "mellanox/mlxfwmanager_query_BlueField2_24.99.0932_sonic-test-fixture.txt").read_text())[0]
+    assert (bf2["pci_address"], bf2["device"]) == (None, "/dev/mst/mt41686_pciconf0")
+
+
+def test_fwmanager_text_cx3_port_fields(real_dir):
+    cx3 = mlx.parse_fwmanager_text((real_dir / "mellanox/mlxfwmanager_query_CX3_MCX354A-FCB_2.42.5000_no-matching-image.txt").read_text())[0]
+    assert cx3["base_mac"] is None  # ConnectX-3 prints Port1/Port2 MAC, no Base MAC: nothing is invented
+    assert cx3["port_macs"] == ["248a0723bd75", "248a0723bd76"]
+    hp = mlx.parse_fwmanager_text((real_dir / "mellanox/mlxfwmanager_query_HP-CX3Pro_2.42.5044_CLP_windows_partial.txt").read_text())[0]
+    assert hp["port_guids"] == ["9cdc71ffff5aae91", "9cdc71ffff5aae92"]
+    assert hp["versions"]["CLP"] == {"current": "8025", "available": None}
+
+
+def test_fwmanager_text_device13_partial(real_dir):
+    devices = mlx.parse_fwmanager_text((real_dir / "mellanox/mlxfwmanager_query_CX7_MCX755106AS-HEA_28.44.1036_device13_partial.txt").read_text())
+    assert [d["index"] for d in devices] == [13]
+
+
+@pytest.mark.parametrize(
+    ("name", "first", "last", "expected"),
+    [
+        # mlxup query blocks inside the AWS lab log (script log lines around them)
+        ("FULL_sigitp_example-lab-execution_CX7_aws.txt", 573, 612, ["5c2573a98bd4", "5c257331e4dc"]),
+        ("FULL_sigitp_example-lab-execution_CX7_aws.txt", 614, 660, ["5c2573a98bd4", "5c257331e4dc"]),
+        ("FULL_schmaustech_nvidia-tools-image_README.md", 516, 567, ["e09d73125fc4", "e09d73126474"]),
+    ],
+)
+def test_fwmanager_text_full_pages(real_dir, name, first, last, expected):
+    devices = mlx.parse_fwmanager_text(_lines(real_dir / "mellanox" / name, first, last))
+    assert [d["base_mac"] for d in devices] == expected
+    assert all(d["update_required"] is True for d in devices)
+
+
+def test_fwmanager_update_full_page(real_dir):
+    result = mlx.parse_fwmanager_update(_lines(real_dir / "mellanox/FULL_sigitp_example-lab-execution_CX7_aws.txt", 663, 735))
+    assert [(r["index"], r["pci"], r["status"]) for r in result["results"]] == [
+        (1, "/dev/mst/mt4129_pciconf1", "done"),
+        (2, "/dev/mst/mt4129_pciconf0", "done"),
+    ]
+    assert result["reboot_required"] is True
+    assert result["log_file"] == "/tmp/mlxup_workdir/mlxup-20250825_021257_166516.log"
+
+
+@pytest.mark.parametrize(
+    ("name", "confirmed", "results", "log_file"),
+    [
+        (
+            "mlxup_update_2xCX7_28.40.1000-to-28.43.1014_sigitp.txt",
+            True,
+            [(1, "/dev/mst/mt4129_pciconf1", "done"), (2, "/dev/mst/mt4129_pciconf0", "done")],
+            "/tmp/mlxup_workdir/mlxup-20250825_021257_166516.log",
+        ),
+        (
+            "mlxup_query_and_update_2xCX7_28.42.1000-to-28.43.1014_schmaustech.txt",
+            True,
+            [(1, "/dev/mst/mt4129_pciconf1", "done"), (2, "/dev/mst/mt4129_pciconf0", "done")],
+            "/tmp/mlxup_workdir/mlxup-20250109_190606_17886.log",
+        ),
+        ("mlxfwmanager_update_CX6DX_22.31.1014-to-22.33.1048_via-mlnx-en-5.6-install.txt", None, [(1, "d2:00.0", "done")], "/tmp/e4ByYilJE_"),
+    ],
+)
+def test_fwmanager_update_real(real_dir, name, confirmed, results, log_file):
+    result = mlx.parse_fwmanager_update((real_dir / "mellanox" / name).read_text())
+    assert result["confirmed"] is confirmed
+    assert [(r["index"], r["pci"], r["status"]) for r in result["results"]] == results
+    assert result["reboot_required"] is True
+    assert result["log_file"] == log_file
+    assert result["to_update"] == len(results)
+    assert all(step["result"] == "OK" for r in result["results"] for step in r["steps"])
+    assert [s["name"] for s in result["results"][0]["steps"]] == ["FSMST_INITIALIZE", "Writing Boot image component"]
+
+
+def test_fwmanager_update_warning_kept(real_dir):
+    name = "mellanox/mlxfwmanager_update_CX6DX_22.31.1014-to-22.33.1048_via-mlnx-en-5.6-install.txt"
+    result = mlx.parse_fwmanager_update((real_dir / name).read_text())
+    assert result["results"][0]["warnings"] == ["DMA burning is not supported due to BME is unset (Bus primary Enable)."]
+
+
+def test_fwmanager_update_declined(real_dir):
+    result = mlx.parse_fwmanager_update((real_dir / "mellanox/mlxup_online_query_then_decline_CX6LX_empovit.txt").read_text())
+    assert result["confirmed"] is False
+    assert result["results"] == []
+    assert result["reboot_required"] is False
+    assert result["to_update"] == 1
+
+
+def test_fwmanager_update_failed_own():
+    result = mlx.parse_fwmanager_update((OWN / "mlx/mlxfwmanager_update_failed_own.txt").read_text())
+    [only] = result["results"]
+    assert only["status"] == "failed"
+    assert only["message"] == "Burning FS4 image failed: Bad parameter"
+    # One of two queried devices was updated: which one "Device #1" is stays unsaid.
+    assert only["pci"] is None
+    assert result["reboot_required"] is False
+    assert [d["update_required"] for d in result["devices"]] == [True, False]
+
+
+def test_fwmanager_xml_own():
+    devices = mlx.parse_fwmanager_xml((OWN / "mlx/mlxfwmanager_query_CX7_CX6DX_own.xml").read_text())
+    assert _rows(devices) == [
+        ("/dev/mst/mt4129_pciconf0", "MT_0000000834", "28.40.1000", "28.43.1014", "3.7.0300", "14.33.0010", "Update required"),
+        ("0000:0d:00.0", "MT_0000000359", "22.43.1014", "22.43.1014", None, None, "Up to date"),
+    ]
+    assert [d["update_required"] for d in devices] == [True, False]
+    assert [d["base_mac"] for d in devices] == ["5c257331e4dc", "08c0eba27bc8"]
+    assert devices[0]["part_number"] == "MCX755106AS-HEA_Ax"
+    assert devices[1]["pci_address"] == "0000:0d:00.0"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "-E- No devices found or specified, mst might be stopped, run 'mst start' to load MST modules",
+        "<?xml version='1.0'?><Devices><Device pciName='x'",
+        "<Devices></Devices>",
+        "<Devices><Device pciName='0000:01:00.0' psid='MT_1'><Versions/></Device></Devices>",
+    ],
+)
+def test_fwmanager_xml_errors(text):
+    with pytest.raises(ParseError, match="mlxfwmanager"):
+        mlx.parse_fwmanager_xml(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Querying Mellanox devices firmware ...\n",
+        # cut inside the versions table: no FW row
+        "Device #1:\n----------\n\n  Device Type:      ConnectX7\n  PSID:             MT_0000000834\n  Versions:         Current        Available\n",
+        # no PSID
+        "Device #1:\n----------\n  Versions:         Current        Available\n     FW             28.40.1000     N/A\n\n  Status:           Up to date\n",
+    ],
+)
+def test_fwmanager_text_errors(text):
+    with pytest.raises(ParseError, match="mlxfwmanager"):
+        mlx.parse_fwmanager_text(text)
+
+
+def test_fwmanager_text_truncated_real_block(real_dir):
+    text = (real_dir / "mellanox/mlxup_query_text_CX6LX_26.33.1048_update-required_empovit.txt").read_text()
+    cut = text[: text.index("     FW ")]
+    with pytest.raises(ParseError, match="no FW current version"):
+        mlx.parse_fwmanager_text(cut)
+
+
+FLINT_EXPECTED = {
+    # file: (fw_version, psid, image_type, product_version, base_guid, base_mac, release date, rom types)
+    "flint_query_CX6LX_26.33.1048_empovit.txt": (
+        "26.33.1048",
+        "MT_0000000575",
+        "FS4",
+        "26.33.1048",
+        "e8ebd3030070cf12",
+        "e8ebd370cf12",
+        "29.4.2022",
+        ["UEFI", "PXE"],
+    ),
+    "flint_query_CX7_28.43.1014_schmaustech.txt": (
+        "28.43.1014",
+        "MT_0000001244",
+        "FS4",
+        "28.43.1014",
+        "e09d730300126744",
+        "e09d73126744",
+        "7.11.2024",
+        ["UEFI", "PXE"],
+    ),
+    "flint_query_full_HP-CX3Pro_2.42.5044_FS2_windows.txt": (
+        "2.42.5044",
+        "HP_1370110017",
+        "FS2",
+        "02.42.50.44",
+        "9cdc71ffff5aae90",
+        None,
+        "21.10.2018",
+        ["CLP", "UEFI", "PXE"],
+    ),
+    "mstflint_q_CX6LX_26.33.1048_with-lspci_empovit.txt": (
+        "26.33.1048",
+        "MT_0000000575",
+        "FS4",
+        "26.33.1048",
+        "e8ebd3030070cf12",
+        "e8ebd370cf12",
+        "29.4.2022",
+        ["UEFI", "PXE"],
+    ),
+    "mlxfwreset_reset_y_then_flint_query_CX7_schmaustech.txt": (
+        "28.43.1014",
+        "MT_0000001244",
+        "FS4",
+        "28.43.1014",
+        "e09d730300126474",
+        "e09d73126474",
+        "7.11.2024",
+        ["UEFI", "PXE"],
+    ),
+    "mlxfwreset_reset_y_then_flint_query_CX7_card2_schmaustech.txt": (
+        "28.43.1014",
+        "MT_0000001244",
+        "FS4",
+        "28.43.1014",
+        "e09d730300125fc4",
+        "e09d73125fc4",
+        "7.11.2024",
+        ["UEFI", "PXE"],
+    ),
+}
+
+
+@pytest.mark.parametrize("path", real_params("mellanox/*flint_q*"))
+def test_flint_query_real(path):
+    q = mlx.parse_flint_query(path.read_text())
+    got = (
+        q["fw_version"],
+        q["psid"],
+        q["image_type"],
+        q["product_version"],
+        q["base_guid"],
+        q["base_mac"],
+        q["fw_release_date"],
+        [r["type"] for r in q["rom_info"]],
+    )
+    assert got == FLINT_EXPECTED[path.name]
+
+
+def test_flint_query_details(real_dir):
+    q = mlx.parse_flint_query((real_dir / "mellanox/flint_query_CX7_28.43.1014_schmaustech.txt").read_text())
+    assert q["rom_info"] == [
+        {"type": "UEFI", "version": "14.36.16", "cpu": "AMD64,AARCH64"},
+        {"type": "PXE", "version": "3.7.500", "cpu": "AMD64"},
+    ]
+    assert (q["guids_number"], q["macs_number"]) == (16, 16)
+    assert q["security_attributes"] == "secure-fw"
+    assert q["image_vsd"] is None
+    assert q["part_number"] is None  # flint q does not print one
+    fs2 = mlx.parse_flint_query((real_dir / "mellanox/flint_query_full_HP-CX3Pro_2.42.5044_FS2_windows.txt").read_text())
+    assert fs2["rom_info"][0] == {"version_id": "8025", "type": "CLP"}
+    assert fs2["macs"] == ["9cdc715aae91", "9cdc715aae92"]
+    assert fs2["device_id"] == "4103"
+
+
+def test_flint_query_health_check_fragment(real_dir):
+    # The lab script greps FW Version / Product Version / Description / PSID out of flint q.
+    q = mlx.parse_flint_query(_lines(real_dir / "mellanox/FULL_sigitp_example-lab-execution_CX7_aws.txt", 878, 881))
+    assert (q["fw_version"], q["psid"], q["image_type"], q["rom_info"]) == ("28.43.1014", "MT_0000000834", None, [])
+
+
+@pytest.mark.parametrize("text", ["", "Image type:            FS4\nPSID:                  MT_0000000575\n", "FW Version:            26.33.1048\n"])
+def test_flint_query_errors(text):
+    with pytest.raises(ParseError, match="flint"):
+        mlx.parse_flint_query(text)
+
+
+def test_fwreset_query_real_blockquote_stripped(real_dir):
+    q = mlx.parse_fwreset_query((real_dir / "mellanox/mlxfwreset_query_BlueField3-DPU_j3soon_blockquote-stripped.txt").read_text())
+    assert [(r["level"], r["supported"], r["default"]) for r in q["levels"]] == [(0, True, True), (1, False, False), (3, True, False), (4, True, False)]
+    assert q["levels"][2]["description"] == "Driver restart and PCI reset"
+    assert [(r["type"], r["supported"]) for r in q["reset_types"]] == [(0, True), (1, False), (2, False), (3, False), (4, False)]
+    # "-Not supported" (lower-case s) in the sync section reads the same as "-Not Supported"
+    assert [(r["sync"], r["supported"], r["default"]) for r in q["reset_syncs"]] == [(0, False, False), (1, True, True)]
+    assert q["default_level"] == 0
+    assert q["requires_reboot"] is False
+
+
+def test_fwreset_query_old_format_reboot_only():
+    text = (
+        "Supported reset levels for device, /dev/mst/mt4115_pciconf0:\n\n"
+        '0: Driver, PCI link, network link will remain up ("live-Patch")  -Not Supported\n'
+        "3: Driver restart and PCI reset                                  -Not Supported\n"
+        "4: Warm Reboot                                                   -Supported     (default)\n"
+    )
+    q = mlx.parse_fwreset_query(text)
+    assert q["default_level"] == 4
+    assert q["requires_reboot"] is True
+    assert q["reset_types"] == []
+
+
+def test_fwreset_query_error():
+    with pytest.raises(ParseError, match="mlxfwreset"):
+        mlx.parse_fwreset_query("-E- Failed to open device: /dev/mst/mt4129_pciconf0\n")
+
+
+@pytest.mark.parametrize("path", real_params("mellanox/mlxfwreset_reset_y_*"))
+def test_fwreset_reset_real(path):
+    r = mlx.parse_fwreset_reset(path.read_text())
+    card = "1" if "card2" in path.name else "0"
+    assert r["device"] == f"/dev/mst/mt4129_pciconf{card}"
+    assert (r["level"], r["description"]) == (3, "Driver restart and PCI reset")
+    assert [s["name"] for s in r["steps"]] == ["Sending Reset Command To Fw", "Stopping Driver", "Resetting PCI", "Starting Driver", "Restarting MST"]
+    assert r["completed"] is True
+
+
+def test_mst_status_v_real(real_dir):
+    s = mlx.parse_mst_status((real_dir / "mellanox/mst_status_v_CX7-SRIOV_schmaustech.txt").read_text())
+    assert s["modules"] == ["MST PCI module is not loaded", "MST PCI configuration module is not loaded"]
+    assert len(s["devices"]) == 9
+    pfs = [(d["pci"], d["rdma"]) for d in s["devices"] if d["device_type"]]
+    assert pfs == [("37:00.0", "mlx5_1"), ("0d:00.0", "mlx5_0")]
+    assert [d["net"] for d in s["devices"] if d["net"]] == ["net-net1"]
+    assert {d["numa"] for d in s["devices"]} == {"0"}
+
+
+def test_mst_status_plain_full_page(real_dir):
+    s = mlx.parse_mst_status(_lines(real_dir / "mellanox/FULL_sigitp_example-lab-execution_CX7_aws.txt", 290, 303))
+    assert [(d["mst"], d["pci"]) for d in s["devices"]] == [
+        ("/dev/mst/mt4129_pciconf0", "0000:05:00.0"),
+        ("/dev/mst/mt4129_pciconf1", "0001:05:00.0"),
+    ]
+    assert s["modules"][1] == "MST PCI configuration module loaded"
+
+
+def test_mlxconfig_query_real(real_dir):
+    q = mlx.parse_mlxconfig_query((real_dir / "mellanox/mlxconfig_query_egrep_CX7_MCX715105AS-WEAT_schmaustech.txt").read_text())
+    assert (q["device_type"], q["name"]) == ("ConnectX7", "MCX715105AS-WEAT_Ax")
+    assert q["config"] == {"NUM_OF_VFS": "8", "SRIOV_EN": "True(1)", "LINK_TYPE_P1": "ETH(2)"}
+
+
+def test_other_tools_are_not_mistaken(real_dir):
+    """Each parser refuses another tool's output instead of returning something."""
+    flint = (real_dir / "mellanox/flint_query_CX7_28.43.1014_schmaustech.txt").read_text()
+    query = (real_dir / "mellanox/mlxup_query_text_CX6LX_26.33.1048_update-required_empovit.txt").read_text()
+    with pytest.raises(ParseError):
+        mlx.parse_fwmanager_text(flint)
+    with pytest.raises(ParseError):
+        mlx.parse_flint_query(query)
+    with pytest.raises(ParseError):
+        mlx.parse_fwreset_query(flint)
+    with pytest.raises(ParseError):
+        mlx.parse_mlxconfig_query(query)
+    assert REAL.is_dir()
