@@ -1,0 +1,126 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Parse gpu-burn (wilicc/gpu-burn) output (private).
+
+gpu-burn repaints one progress line (``\\r``, sometimes with no newline between repaints)::
+
+    46.7%  proc'd: 11367 (7109 Gflop/s) - 11100 (6743 Gflop/s)   errors: 0 - 0   temps: 62 C - 82 C
+
+errors are cumulative per GPU; a dead worker shows ``-1 (0 Gflop/s)`` and ``(DIED!)`` after its
+error count, a GPU with errors ``(WARNING!)``. Newer versions print the same line for one GPU and a
+tab-indented ``Summary at:`` line after it. The verdict comes at the end::
+
+    Tested 8 GPUs:
+    \tGPU 0: OK
+    \tGPU 1: FAULTY
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+
+_PROGRESS = re.compile(
+    r"(?P<pct>\d+(?:\.\d+)?)%\s+proc'd:\s*(?P<procd>.*?)\s+errors:\s*(?P<errors>.*?)\s+temps:\s*(?P<temps>.*?)\s*$",
+)
+_PROCD_ITEM = re.compile(r"^(?P<n>-?\d+)\s*\(\s*(?P<gflops>\d+(?:\.\d+)?)\s*Gflop/s\s*\)$")
+_ERROR_ITEM = re.compile(r"^(?P<n>-?\d+)\s*(?:\((?P<note>DIED|WARNING)!\))?$")
+_TEMP_ITEM = re.compile(r"^(?P<t>-?\d+)\s*C$")
+_TESTED = re.compile(r"^\s*Tested\s+(?P<n>\d+)\s+GPUs?:\s*$", re.MULTILINE)
+_VERDICT = re.compile(r"^\s*GPU\s+(?P<index>\d+):\s*(?P<verdict>OK|FAULTY)\s*$")
+_DURATION = re.compile(r"Burning for\s+(?P<s>\d+)\s+seconds")
+
+
+def _split(part):
+    """Per-GPU items of one field; gpu-burn separates them with '- ' (after '(DIED!)' with no space before)."""
+    return [item.strip() for item in re.split(r"(?:\s+|(?<=\)))-\s+", part.strip()) if item.strip()]
+
+
+def _progress(segment):
+    """Per-GPU values of one complete progress line, or None when the line is cut short or malformed."""
+    match = _PROGRESS.search(segment)
+    if not match:
+        return None
+    procd = [_PROCD_ITEM.match(item) for item in _split(match.group("procd"))]
+    errors = [_ERROR_ITEM.match(item) for item in _split(match.group("errors"))]
+    temps_text = match.group("temps")
+    if not procd or not all(procd) or not all(errors) or len(errors) != len(procd):
+        return None
+    temp_items = _split(temps_text)
+    temps = [_TEMP_ITEM.match(item) for item in temp_items]
+    if len(temps) != len(procd):
+        # A repaint cut before its last temperature is not a complete line.
+        return None
+    gpus = []
+    for index, (done, error, temp) in enumerate(zip(procd, errors, temps)):
+        died = int(done.group("n")) == -1 or error.group("note") == "DIED"
+        gpus.append(
+            {
+                "index": index,
+                # A dead worker's counters are garbage (gpu-burn prints uninitialised memory).
+                "errors": None if died else int(error.group("n")),
+                "gflops": None if died else float(done.group("gflops")),
+                "temp_c": int(temp.group("t")) if temp else None,
+                "died": died,
+            }
+        )
+    return {"pct": float(match.group("pct")), "gpus": gpus}
+
+
+def parse(text):
+    """Parse gpu-burn output.
+
+    Returns ``{"result": "pass" | "fail" | "incomplete", "gpus": [{"index", "ok", "errors", "gflops",
+    "temp_c", "died"}], "duration_s", "progress_pct"}``. ``ok`` comes from the final ``GPU N: OK`` /
+    ``FAULTY`` lines (None when the run did not reach them); ``errors``, ``gflops`` and ``temp_c``
+    from the last complete progress line (None when there is none, or for a worker that died).
+    ``result`` is ``fail`` when a GPU is FAULTY, ``pass`` when every tested GPU is OK, and
+    ``incomplete`` when the verdict is missing or cut short (a dead worker, a truncated log).
+    """
+    if text is None or not text.strip():
+        raise ParseError("gpu-burn: empty output")
+
+    last = None
+    for segment in re.split(r"[\r\n]", text):
+        progress = _progress(segment)
+        if progress is not None:
+            last = progress
+
+    verdicts = {}
+    tested = None
+    blocks = list(_TESTED.finditer(text))
+    tested_match = blocks[-1] if blocks else None  # the last "Tested N GPUs:" block is the verdict
+    if tested_match:
+        tested = int(tested_match.group("n"))
+        for line in text[tested_match.end() :].splitlines():
+            match = _VERDICT.match(line)
+            if match:
+                verdicts[int(match.group("index"))] = match.group("verdict") == "OK"
+            elif line.strip():
+                break
+
+    if last is None and not verdicts:
+        raise ParseError("gpu-burn: no progress line (\"proc'd: ... errors: ... temps: ...\") and no 'Tested N GPUs:' verdict")
+
+    gpus = {gpu["index"]: dict(gpu, ok=None) for gpu in (last["gpus"] if last else [])}
+    for index, ok in verdicts.items():
+        gpu = gpus.setdefault(index, {"index": index, "errors": None, "gflops": None, "temp_c": None, "died": False})
+        gpu["ok"] = ok
+
+    if verdicts and not all(verdicts.values()):
+        result = "fail"
+    elif verdicts and len(verdicts) == tested and all(verdicts.values()):
+        result = "pass"
+    else:
+        result = "incomplete"
+
+    duration = _DURATION.search(text)
+    return {
+        "result": result,
+        "gpus": [gpus[index] for index in sorted(gpus)],
+        "duration_s": int(duration.group("s")) if duration else None,
+        "progress_pct": last["pct"] if last else None,
+    }
