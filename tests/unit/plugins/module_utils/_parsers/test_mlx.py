@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+
 from tests.conftest import OWN, REAL, real_params
 
 # Per file, read by hand: [(pci as printed, psid, fw current, fw available, pxe current, uefi current, status)].
