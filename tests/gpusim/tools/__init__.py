@@ -1,0 +1,62 @@
+"""Simulated node tools: `python -m gpusim.tools NAME ARGS...` runs one of them.
+
+Every tool reads and writes the node state in $GPUSIM_NODE_DIR (default /var/lib/gpusim) and
+prints the real tool's output format for the node's GPU generation and driver branch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# tool name -> "module:function" (function(argv) -> exit code)
+TOOLS = {
+    "nvidia-smi": "nvsmi:main",
+    "nv-fabricmanager": "services:fabricmanager_main",
+    "systemctl": "services:systemctl_main",
+    "shutdown": "services:shutdown_main",
+    "reboot": "services:reboot_main",
+    "poweroff": "services:poweroff_main",
+    "dcgmi": "dcgm:main",
+    "all_reduce_perf": "bench:nccl_main",
+    "gpu_burn": "bench:burn_main",
+    "nvfwupd": "nvfwupd:main",
+    "nvfwupd.py": "nvfwupd:main",
+    "mlxfwmanager": "mlx:fwmanager_main",
+    "mlxfwreset": "mlx:fwreset_main",
+    "flint": "mlx:flint_main",
+    "mstflint": "mlx:flint_main",
+    "modprobe": "kmod:modprobe_main",
+    "rmmod": "kmod:rmmod_main",
+    "lsmod": "kmod:lsmod_main",
+    "nvidia-uninstall": "kmod:uninstall_main",
+    "dmesg": "kmod:dmesg_main",
+    "gpusim-run-installer": "installer:main",
+}
+TOOL_NAMES = tuple(TOOLS)
+
+
+def run(name: str, argv: list[str]) -> int:
+    from ._common import ToolExit
+
+    if name not in TOOLS:
+        sys.stderr.write(f"gpusim.tools: unknown tool {name!r}\n")
+        return 127
+    mod_name, func = TOOLS[name].split(":")
+    mod = importlib.import_module(f"{__name__}.{mod_name}")
+    try:
+        rc = getattr(mod, func)(list(argv))
+    except ToolExit as exc:
+        rc = exc.code
+    except BrokenPipeError:
+        rc = 141
+    sys.stdout.flush()
+    return int(rc or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.stderr.write("usage: python -m gpusim.tools NAME [ARGS...]\n")
+        return 2
+    return run(argv[0].rsplit("/", 1)[-1], argv[1:])
