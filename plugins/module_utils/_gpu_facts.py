@@ -73,13 +73,13 @@ class Host:
         try:
             with open(self.path(*parts)) as handle:
                 return handle.read()
-        except (IOError, OSError):
+        except OSError:
             return None
 
     def listdir(self, *parts):
         try:
             return sorted(os.listdir(self.path(*parts)))
-        except (IOError, OSError):
+        except OSError:
             return []
 
     def kernel_release(self):
@@ -152,9 +152,9 @@ class GpuFactsCollector:
                 proc = procfs_parser.parse_driver_version(proc_text)
             except ParseError as exc:
                 raise FactsError(
-                    "/proc/driver/nvidia/version does not read as an NVIDIA driver version file: {0}".format(exc),
+                    f"/proc/driver/nvidia/version does not read as an NVIDIA driver version file: {exc}",
                     stdout=proc_text,
-                )
+                ) from exc
             driver.update(installed=True, loaded=True, version=proc["version"], flavor=proc["flavor"], arch=proc.get("arch"))
 
         smi = self._tool(NvidiaSmi, "nvidia_smi_path")
@@ -167,13 +167,13 @@ class GpuFactsCollector:
                     parsed = nvsmi_parser.parse_xml(out)
                 except ParseError as exc:
                     raise FactsError(
-                        "nvidia-smi -q -x printed output that is not the expected XML: {0}. "
-                        "Check that nvidia-smi belongs to the loaded driver.".format(exc),
+                        f"nvidia-smi -q -x printed output that is not the expected XML: {exc}. "
+                        "Check that nvidia-smi belongs to the loaded driver.",
                         cmd=[smi.path, "-q", "-x"],
                         rc=rc,
                         stdout=out,
                         stderr=err,
-                    )
+                    ) from exc
                 smi_facts["cuda_version"] = parsed.get("cuda_version")
                 smi_facts["gpus"] = parsed["gpus"]
                 smi_facts["gpu_count"] = len(parsed["gpus"])
@@ -190,7 +190,7 @@ class GpuFactsCollector:
                 smi_facts["nvidia_smi_message"] = (out or err).strip()
             else:
                 raise FactsError(
-                    "nvidia-smi -q -x failed with exit status {0}: {1}".format(rc, (err or out).strip()[:300]),
+                    f"nvidia-smi -q -x failed with exit status {rc}: {(err or out).strip()[:300]}",
                     cmd=[smi.path, "-q", "-x"],
                     rc=rc,
                     stdout=out,
@@ -228,7 +228,14 @@ class GpuFactsCollector:
         return systemctl.is_active(SERVICES)
 
     def _fabricmanager(self, driver, services, nvswitch_present):
-        facts = {"installed": False, "version": None, "running": None, "state": services.get("nvidia-fabricmanager"), "matches_driver": None, "required": nvswitch_present}
+        facts = {
+            "installed": False,
+            "version": None,
+            "running": None,
+            "state": services.get("nvidia-fabricmanager"),
+            "matches_driver": None,
+            "required": nvswitch_present,
+        }
         if facts["state"] is not None:
             facts["running"] = facts["state"] == "active"
         tool = self._tool(FabricManager, "fabricmanager_path")
@@ -240,12 +247,12 @@ class GpuFactsCollector:
             facts["version"] = fm_parser.parse_version(out + "\n" + err)
         except ParseError as exc:
             raise FactsError(
-                "nv-fabricmanager --version printed no version ({0}): is the fabric manager package complete?".format(exc),
+                f"nv-fabricmanager --version printed no version ({exc}): is the fabric manager package complete?",
                 cmd=[tool.path, "--version"],
                 rc=rc,
                 stdout=out,
                 stderr=err,
-            )
+            ) from exc
         if driver.get("version"):
             facts["matches_driver"] = facts["version"] == driver["version"]
         return facts
@@ -257,7 +264,7 @@ class GpuFactsCollector:
             rc, out, err = manager.run(["--query", "--query-format", "XML"], ok_rcs=None)
             if "<Devices" not in out and rc != 0:
                 raise FactsError(
-                    "mlxfwmanager --query failed with exit status {0} and printed no device list: {1}".format(rc, (err or out).strip()[:300]),
+                    f"mlxfwmanager --query failed with exit status {rc} and printed no device list: {(err or out).strip()[:300]}",
                     cmd=[manager.path, "--query", "--query-format", "XML"],
                     rc=rc,
                     stdout=out,
@@ -266,7 +273,7 @@ class GpuFactsCollector:
             try:
                 return mlx_parser.parse_fwmanager_xml(out)
             except ParseError as exc:
-                raise FactsError("mlxfwmanager --query-format XML printed unexpected output: {0}".format(exc), rc=rc, stdout=out, stderr=err)
+                raise FactsError(f"mlxfwmanager --query-format XML printed unexpected output: {exc}", rc=rc, stdout=out, stderr=err) from exc
         flint = self._tool(Mstflint, "mstflint_path")
         if not flint.available:
             return []
@@ -278,7 +285,7 @@ class GpuFactsCollector:
             try:
                 info = mlx_parser.parse_flint_query(out)
             except ParseError as exc:
-                raise FactsError("mstflint -d {0} q printed unexpected output: {1}".format(address, exc), stdout=out)
+                raise FactsError(f"mstflint -d {address} q printed unexpected output: {exc}", stdout=out) from exc
             nics.append(
                 {
                     "pci": address,

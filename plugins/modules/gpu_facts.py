@@ -22,7 +22,7 @@ description:
     C(modinfo nvidia) is added only when the driver is installed but not loaded, and C(mstflint q) once per ConnectX adapter only
     when C(mlxfwmanager) is absent. The number started is returned as RV(ansible_facts.gpufleet.commands_run).
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
   - gpufleet.lifecycle.attributes.INFO_MODULE
@@ -172,7 +172,34 @@ ansible_facts:
           description: Xid events in the kernel log since boot, counts per code, and the critical codes seen.
           type: dict
           returned: when xid is gathered
-          sample: {source: dmesg, events: [], counts: {}, critical: []}
+          contains:
+            source:
+              description: Where the events were read (V(dmesg)), or V(null) when no kernel log reader exists.
+              type: str
+              returned: always
+              sample: dmesg
+            events:
+              description: Each Xid or SXid line, parsed (xid, pci_bus_id, message, pid, process, timestamp, kind).
+              type: list
+              elements: dict
+              returned: always
+              sample: [{xid: 79, pci_bus_id: "0000:2a:00", pid: 41234, process: python3, message: GPU has fallen off the bus., kind: xid}]
+            counts:
+              description: Number of events per Xid code.
+              type: dict
+              returned: always
+              sample: {79: 1}
+            critical:
+              description: Codes seen that are in O(critical_xids).
+              type: list
+              elements: int
+              returned: always
+              sample: [79]
+            error:
+              description: Why the kernel log could not be read (for example C(dmesg) refused to a non-root user).
+              type: str
+              returned: when the kernel log could not be read
+              sample: "dmesg: read kernel buffer failed: Operation not permitted"
         commands_run:
           description: Number of processes this call started on the node.
           type: int
@@ -181,7 +208,6 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import SUBSETS, FactsError, ToolError, gather
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
@@ -189,7 +215,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog im
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            gather_subset=dict(type="list", elements="str", default=["all"], choices=["all"] + list(SUBSETS)),
+            gather_subset=dict(type="list", elements="str", default=["all"], choices=["all", *list(SUBSETS)]),
             critical_xids=dict(type="list", elements="int"),
             nvidia_smi_path=dict(type="path"),
             fabricmanager_path=dict(type="path"),

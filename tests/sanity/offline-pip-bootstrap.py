@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Give ansible-test the pip bootstrap script it would download.
 
 `ansible-test sanity --venv` bootstraps pip in each virtual environment with a
@@ -21,7 +20,10 @@ SCRIPT = '''"""Stand-in for get-pip.py {version}, written by tests/sanity/offlin
 import sys
 sys.path.insert(0, {wheel!r})
 from pip._internal.cli.main import main
-sys.exit(main())
+# Like get-pip.py: the arguments are packages and pip options, plus get-pip's own
+# --no-setuptools / --no-wheel, which only say what not to add.
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+sys.exit(main(["install", "--upgrade", "--force-reinstall"] + args))
 '''
 
 

@@ -46,20 +46,20 @@ class Commands:
         argv = tuple(args)
         self.calls.append({"argv": list(argv), "environ_update": kwargs.get("environ_update")})
         if argv not in self.responses:
-            raise AssertionError("unexpected command: {0}".format(list(argv)))
+            raise AssertionError(f"unexpected command: {list(argv)}")
         return self.responses[argv]
 
     def get_bin_path(self, module, arg, required=False, opt_dirs=None):
         path = self.binaries.get(arg)
         if path is None and required:
-            module.fail_json(msg="Failed to find required executable {0}".format(arg))
+            module.fail_json(msg=f"Failed to find required executable {arg}")
         return path
 
 
 @pytest.fixture
 def commands(monkeypatch):
     fake = Commands()
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, args, **kw: fake.run_command(self, args, **kw))
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake.run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, arg, required=False, opt_dirs=None: fake.get_bin_path(self, arg, required, opt_dirs))
     return fake
 

@@ -6,9 +6,9 @@ import pathlib
 import re
 
 import pytest
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gpu_facts
 from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_facts
+
 from tests.conftest import real_params
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "gpu_facts"
@@ -177,11 +177,11 @@ def test_fabricmanager_mismatch_is_reported_not_hidden(commands, node, run_modul
 )
 def test_unexpected_tool_output_fails_with_tool_command_and_output(commands, node, run_module, tool, argv_tail, output, expected):
     full_node(commands, node)
-    commands.on([commands.binaries[tool]] + argv_tail, stdout=output)
+    commands.on([commands.binaries[tool], *argv_tail], stdout=output)
     result = run_module(gpu_facts.main, {})
     assert result["failed"] is True
     assert re.search(expected, result["msg"])
-    assert result["cmd"] == [commands.binaries[tool]] + argv_tail
+    assert result["cmd"] == [commands.binaries[tool], *argv_tail]
     assert result["stdout"] == output
 
 
