@@ -47,8 +47,9 @@ def _timestamp(prefix):
     if kmsg:
         usec = int(kmsg.group("usec"))
         return f"{usec // 1000000}.{usec % 1000000:06d}"
-    if prefix.startswith("["):
-        return _BRACKET.match(prefix).group("ts") or None
+    bracket = _BRACKET.match(prefix)
+    if bracket:
+        return bracket.group("ts") or None
     prefix = _DMESG_DECODE.sub("", prefix, count=1)
     for pattern in (_ISO, _SYSLOG):
         match = pattern.match(prefix)

@@ -184,6 +184,11 @@ def test_odd_input_gives_no_events(text):
     assert parse_kernel_log(text) == []
 
 
+def test_unclosed_timestamp_bracket_keeps_the_event():
+    (event,) = parse_kernel_log("[24128.828315 NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000000 intr 00004000")
+    assert (event["xid"], event["timestamp"], event["message"]) == (32, None, "Channel ID 00000000 intr 00004000")
+
+
 def test_summarize_counts_by_kind():
     events = _events("xid/gpud_sxid_README_xid79_sxid20034.md")
     assert summarize(events) == {79: 1}
