@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -415,3 +416,11 @@ def test_every_dcgmi_file_parses_or_raises_parse_error(path):
             parser(text)
         except ParseError:
             pass
+
+
+@pytest.mark.parametrize("name", ["diag_r2_j_gpu1-memory-fail_dcgm4-schema.json", "diag_j_runtime-error_dcgm4-schema.json"])
+def test_own_json_fixtures_follow_dcgm_schema(name):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(_real("dcgmi/SCHEMA_dcgm_diag_schema_DCGM-repo.json"))
+    # The schema names no draft ("http://json-schema.org/schema#"): pick one instead of letting jsonschema guess.
+    jsonschema.Draft7Validator(schema).validate(json.loads(_read(OWN / "dcgm" / name)))
