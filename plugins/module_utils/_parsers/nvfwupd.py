@@ -519,7 +519,7 @@ def _parse_tasks(text, tool):
                 current["end_time"] = value
             continue
         brace = line.find("{")
-        if brace >= 0 and (stripped.startswith("{") or stripped.startswith("Overall Task Status:")) and '"' in line:
+        if brace >= 0 and ((stripped.startswith("{") and '"' in line) or stripped.startswith("Overall Task Status:")):
             obj = _json_object_at(text, offsets[number] + brace)
             if obj is None:
                 continue
