@@ -1,0 +1,258 @@
+"""One simulated node: its folder, its tool wrappers, its sshd, and its namespace.
+
+A node is a set of processes (sshd and its sessions, slurmd and its jobs) sharing one mount and
+UTS namespace (and, where the kernel allows it, a time namespace so `uptime` restarts at each
+boot). They are started by `boot.sh` under `unshare`; the node is found again by the inode of
+its mount namespace, recorded in NODE_DIR/mntns at boot. Stopping a node kills every process
+of that namespace, which is what a reboot does to open SSH sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+NODE_MOUNT = "/var/lib/gpusim"
+# Paths ansible.builtin.reboot and people may call to reboot; on Debian they are links to
+# systemctl, so the bind mount lands on the link's target (see bind_targets()).
+REBOOT_PATHS = ("/sbin/shutdown", "/usr/sbin/shutdown", "/sbin/reboot", "/usr/sbin/reboot", "/sbin/poweroff",
+                "/usr/sbin/poweroff", "/sbin/halt", "/usr/sbin/halt", "/bin/systemctl", "/usr/bin/systemctl")
+SBIN_TOOLS = {"shutdown", "reboot", "poweroff", "halt", "modprobe", "rmmod", "lsmod", "insmod", "nv-fabricmanager"}
+FALLBACK_TOOLS = ("nvidia-smi", "nv-fabricmanager", "systemctl", "shutdown", "reboot", "dcgmi", "all_reduce_perf",
+                  "gpu_burn", "nvfwupd", "mlxfwmanager", "mlxfwreset", "flint", "mstflint", "modprobe", "rmmod",
+                  "lsmod", "nvidia-uninstall", "dmesg", "gpusim-run-installer")
+# When systemctl is called by one of these names (a link to it, or a bind mount over the link's
+# target) it acts as that command.
+SYSTEMCTL_ALIASES = ("shutdown", "reboot", "poweroff", "halt")
+POWER_FILE = "power"  # up | rebooting | down
+
+
+def tool_names() -> tuple[str, ...]:
+    try:
+        from gpusim.tools import TOOL_NAMES
+    except ImportError:  # SIM-TOOLS' package not importable: the contract's list
+        return FALLBACK_TOOLS
+    return tuple(TOOL_NAMES)
+
+
+def wrapper_text(name: str, python: str, tests_dir: str, aliases: tuple[str, ...] = ()) -> str:
+    """A /bin/sh wrapper that runs one simulated tool.
+
+    With aliases (systemctl), the wrapper runs the tool named like the path it was called by when
+    that is an alias: /sbin/shutdown is a link to systemctl on Debian.
+    """
+    lines = ["#!/bin/sh", f"tool={shlex.quote(name)}"]
+    if aliases:
+        lines.append(f'case "${{0##*/}}" in {"|".join(aliases)}) tool="${{0##*/}}";; esac')
+    lines += [
+        f"PYTHONPATH={shlex.quote(tests_dir)}; export PYTHONPATH",
+        f'exec {shlex.quote(python)} -m gpusim.tools "$tool" "$@"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_wrappers(node_dir: Path, python: str, tests_dir: str) -> None:
+    for sub in ("bin", "sbin"):
+        (node_dir / sub).mkdir(parents=True, exist_ok=True)
+    names = set(tool_names())
+    aliases = tuple(a for a in SYSTEMCTL_ALIASES if a in names)
+    for name in sorted(names | {"systemctl"}):
+        path = wrapper_path(node_dir, name)
+        path.write_text(wrapper_text(name, python, tests_dir, aliases if name == "systemctl" else ()))
+        path.chmod(0o755)
+
+
+def bind_targets() -> dict[str, str]:
+    """Host paths to cover with a node's wrapper inside its namespace: {real path: tool name}."""
+    targets: dict[str, str] = {}
+    for path in REBOOT_PATHS:
+        if not os.path.lexists(path):
+            continue
+        real = os.path.realpath(path)
+        if not os.path.isfile(real) or real.startswith("/usr/local/"):
+            continue
+        name = os.path.basename(real)
+        if name in ("systemctl", *SYSTEMCTL_ALIASES):
+            targets[real] = name
+    return dict(sorted(targets.items()))
+
+
+def wrapper_path(node_dir: Path, name: str) -> Path:
+    return node_dir / ("sbin" if name in SBIN_TOOLS else "bin") / name
+
+
+def sshd_config(*, name: str, address: str, port: int, node_dir: Path, authorized_keys: Path, slurm_conf: Path) -> str:
+    ssh = node_dir / "ssh"
+    return "\n".join([
+        f"# sshd of simulated node {name}",
+        f"ListenAddress {address}:{port}",
+        f"HostKey {ssh / 'ssh_host_ed25519_key'}",
+        "PidFile /run/sshd.pid",
+        f"AuthorizedKeysFile {authorized_keys}",
+        "PermitRootLogin prohibit-password",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "UseDNS no",
+        "StrictModes no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        # Ansible with pipelining and forks opens many sessions per connection and many connections.
+        "MaxSessions 200",
+        "MaxStartups 500:30:1000",
+        "LoginGraceTime 30",
+        "ClientAliveInterval 0",
+        "AcceptEnv LANG LC_*",
+        f"SetEnv SLURM_CONF={slurm_conf} GPUSIM_NODE={name}",
+        "Subsystem sftp internal-sftp",
+        "LogLevel ERROR",
+        "",
+    ])
+
+
+def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: list[str], binds: dict[str, str]) -> str:
+    """The script run under unshare: mounts, hostname, sshd, slurmd."""
+    q = shlex.quote
+    nd = q(str(node_dir))
+    lines = [
+        "#!/bin/sh",
+        f"# boot of simulated node {name} (run by gpusim under unshare; do not run by hand)",
+        "set -eu",
+        f"exec >>{nd}/log/boot.log 2>&1",
+        'echo "boot $(date +%s)"',
+        f"mount --bind {nd} {NODE_MOUNT}",
+        f"mount --bind {nd}/bin /usr/local/bin",
+        f"mount --bind {nd}/sbin /usr/local/sbin",
+        f"mount --bind {nd}/run /run",
+        f"mount --bind {nd}/boot_id /proc/sys/kernel/random/boot_id",
+        f"if [ -d /proc/driver ]; then mount --bind {nd}/proc_driver /proc/driver; fi",
+        f"if [ -d /etc/slurm ]; then mount --bind {q(str(slurm_conf.parent))} /etc/slurm; fi",
+    ]
+    for real, tool in binds.items():
+        lines.append(f"mount --bind {q(str(wrapper_path(node_dir, tool)))} {q(real)}")
+    lines += [
+        f"hostname {q(name)}",
+        f"readlink /proc/self/ns/mnt > {nd}/mntns.tmp && mv {nd}/mntns.tmp {nd}/mntns",
+        "mkdir -p /run/sshd && chmod 755 /run/sshd",
+        f"/usr/sbin/sshd -f {nd}/ssh/sshd_config -E {nd}/log/sshd.log",
+        f"SLURM_CONF={q(str(slurm_conf))}; export SLURM_CONF",
+        f"cd {NODE_MOUNT}",
+        " ".join(q(a) for a in slurmd_args),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def make_host_key(node_dir: Path, name: str) -> None:
+    ssh = node_dir / "ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    key = ssh / "ssh_host_ed25519_key"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(key)], check=True)
+
+
+def mntns_inode(node_dir: Path) -> str | None:
+    try:
+        return (node_dir / "mntns").read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def namespace_table() -> dict[str, list[int]]:
+    """{'mnt:[inode]': [pids]} for every process on the machine (one /proc scan)."""
+    table: dict[str, list[int]] = defaultdict(list)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            table[os.readlink(f"/proc/{entry.name}/ns/mnt")].append(int(entry.name))
+    return table
+
+
+def processes(node_dir: Path, table: dict[str, list[int]] | None = None) -> list[int]:
+    inode = mntns_inode(node_dir)
+    if inode is None:
+        return []
+    if table is None:
+        table = namespace_table()
+    if inode == os.readlink("/proc/self/ns/mnt"):  # never our own namespace (a stale file)
+        return []
+    return list(table.get(inode, []))
+
+
+def kill(node_dir: Path, timeout: float = 10.0) -> None:
+    """Kill every process of the node (SIGKILL: a reboot, not a shutdown) and wait until none is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = processes(node_dir)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gpusim: processes {pids} of node {node_dir.name} survive SIGKILL")
+        time.sleep(0.05)
+    with contextlib.suppress(FileNotFoundError):
+        (node_dir / "mntns").unlink()
+
+
+def set_power(node_dir: Path, value: str) -> None:
+    tmp = node_dir / f".{POWER_FILE}.tmp"
+    tmp.write_text(value + "\n")
+    os.replace(tmp, node_dir / POWER_FILE)
+
+
+def power(node_dir: Path) -> str:
+    try:
+        return (node_dir / POWER_FILE).read_text().strip()
+    except FileNotFoundError:
+        return "down"
+
+
+_TIMENS: bool | None = None
+
+
+def time_namespace_works() -> bool:
+    """Whether `unshare --time --boottime` works here (kernel >= 5.6 and permitted)."""
+    global _TIMENS  # noqa: PLW0603 - computed once per process
+    if _TIMENS is None:
+        try:
+            done = subprocess.run(["unshare", "--time", "--boottime", "-1", "true"], capture_output=True, timeout=10, check=False)
+            _TIMENS = done.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _TIMENS = False
+    return _TIMENS
+
+
+def unshare_command(node_dir: Path, script: str = "boot.sh") -> list[str]:
+    cmd = ["unshare", "--mount", "--uts", "--propagation", "private"]
+    if time_namespace_works():
+        with open("/proc/uptime") as fh:
+            uptime = int(float(fh.read().split()[0]))
+        # The node's CLOCK_BOOTTIME (uptime, and Slurm's boot time) restarts near zero at each boot.
+        cmd += ["--time", "--boottime", str(-max(uptime - 1, 0))]
+    return [*cmd, "/bin/sh", str(node_dir / script)]
+
+
+def boot(node_dir: Path, script: str = "boot.sh", timeout: float = 30.0) -> None:
+    """Start the node's namespace, sshd and slurmd; return once sshd listens.
+
+    script is boot.sh for the first boot, reboot.sh after (slurmd then reports the reboot).
+    """
+    with contextlib.suppress(FileNotFoundError):
+        (node_dir / "mntns").unlink()
+    done = subprocess.run(unshare_command(node_dir, script), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if done.returncode != 0:
+        log = (node_dir / "log" / "boot.log").read_text()[-2000:] if (node_dir / "log" / "boot.log").exists() else ""
+        raise RuntimeError(f"gpusim: node {node_dir.name} failed to boot (rc {done.returncode}): {done.stderr.strip()}\n{log}")
+    set_power(node_dir, "up")
