@@ -59,8 +59,15 @@ class Commands:
 @pytest.fixture
 def commands(monkeypatch):
     fake = Commands()
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake.run_command)
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, arg, required=False, opt_dirs=None: fake.get_bin_path(self, arg, required, opt_dirs))
+
+    def run_command(module, args, **kwargs):
+        return fake.run_command(module, args, **kwargs)
+
+    def get_bin_path(module, arg, required=False, opt_dirs=None):
+        return fake.get_bin_path(module, arg, required, opt_dirs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
     return fake
 
 

@@ -1,0 +1,166 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The fleet audit report: build it from per-node records, render it as JSON, Markdown and HTML (private)."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import drift_summary, node_drift, sku_mixed_versions
+
+REPORT_VERSION = 1
+
+
+def build_report(records, expected_hosts=None, title="GPU fleet audit", generated_at=None):
+    """``records``: ``[{"name", "sku", "bom", "facts"}]`` (one per node that answered).
+
+    Nodes in ``expected_hosts`` without a record are reported as unreachable.
+    """
+    nodes = []
+    for record in sorted(records, key=lambda r: r["name"]):
+        facts = record.get("facts") or {}
+        items = node_drift(facts, record.get("bom") or {})
+        summary = drift_summary(items)
+        driver = facts.get("driver") or {}
+        nodes.append(
+            {
+                "name": record["name"],
+                "sku": record.get("sku") or "unknown",
+                "status": summary["status"],
+                "counts": summary["counts"],
+                "driver": driver.get("version"),
+                "driver_flavor": driver.get("flavor"),
+                "gpu_count": facts.get("gpu_count"),
+                "critical_xids": (facts.get("xid") or {}).get("critical") or [],
+                "items": items,
+            }
+        )
+    answered = {n["name"] for n in nodes}
+    unreachable = sorted(set(expected_hosts or []) - answered)
+    mixed = sku_mixed_versions([{"name": r["name"], "sku": r.get("sku"), "facts": r.get("facts")} for r in records])
+    totals = {"nodes": len(nodes) + len(unreachable), "ok": 0, "drift": 0, "unknown": 0, "unreachable": len(unreachable)}
+    for node in nodes:
+        totals[node["status"]] += 1
+    return {
+        "report_version": REPORT_VERSION,
+        "title": title,
+        "generated_at": generated_at,
+        "totals": totals,
+        "nodes": nodes,
+        "unreachable": unreachable,
+        "mixed_within_sku": mixed,
+    }
+
+
+def render_json(report):
+    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+
+
+def _fmt(value):
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def render_markdown(report):
+    t = report["totals"]
+    lines = [
+        "# {}".format(report["title"]),
+        "",
+        "Generated {}.".format(report["generated_at"]) if report.get("generated_at") else "",
+        "",
+        "**{nodes} nodes: {ok} match their BOM, {drift} drift, {unknown} unknown, {unreachable} unreachable.**".format(**t),
+        "",
+        "| node | SKU | status | driver | GPUs | critical Xids | drifting components |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for node in report["nodes"]:
+        drifting = ", ".join(i["component"] for i in node["items"] if i["status"] != "ok") or "—"
+        lines.append(
+            "| {} | {} | {} | {} | {} | {} | {} |".format(
+                node["name"], node["sku"], node["status"], _fmt(node["driver"]), _fmt(node["gpu_count"]),
+                ", ".join(str(x) for x in node["critical_xids"]) or "—", drifting,
+            )
+        )
+    for name in report["unreachable"]:
+        lines.append(f"| {name} | — | unreachable | — | — | — | — |")
+    drift_nodes = [n for n in report["nodes"] if n["status"] != "ok"]
+    if drift_nodes:
+        lines += ["", "## Drift", "", "| node | component | installed | BOM wants | note |", "|---|---|---|---|---|"]
+        for node in drift_nodes:
+            for item in node["items"]:
+                if item["status"] != "ok":
+                    lines.append(
+                        "| {} | {} | {} | {} | {} |".format(
+                            node["name"], item["component"], _fmt(item["installed"]), _fmt(item["wanted"]), item.get("detail") or item["status"]
+                        )
+                    )
+    if report["mixed_within_sku"]:
+        lines += ["", "## Mixed versions within a SKU", ""]
+        for sku, components in sorted(report["mixed_within_sku"].items()):
+            for component, versions in sorted(components.items()):
+                spread = "; ".join("{}: {}".format(v, ", ".join(nodes)) for v, nodes in versions.items())
+                lines.append(f"- **{sku}** {component}: {spread}")
+    return "\n".join(line for line in lines) + "\n"
+
+
+_CSS = (
+    "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
+    "th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}th{background:#f0f0f0}"
+    ".ok{background:#e6f4ea}.drift{background:#fdecea}.unknown{background:#fff4e5}.unreachable{background:#eee;color:#777}"
+)
+
+
+def render_html(report):
+    esc = html.escape
+    t = report["totals"]
+    rows = []
+    for node in report["nodes"]:
+        drifting = ", ".join(i["component"] for i in node["items"] if i["status"] != "ok") or "—"
+        rows.append(
+            '<tr class="{s}"><td>{n}</td><td>{k}</td><td>{s}</td><td>{d}</td><td>{g}</td><td>{x}</td><td>{c}</td></tr>'.format(
+                s=esc(node["status"]), n=esc(node["name"]), k=esc(node["sku"]), d=esc(_fmt(node["driver"])), g=esc(_fmt(node["gpu_count"])),
+                x=esc(", ".join(str(x) for x in node["critical_xids"]) or "—"), c=esc(drifting),
+            )
+        )
+    for name in report["unreachable"]:
+        rows.append(f'<tr class="unreachable"><td>{esc(name)}</td><td colspan="6">unreachable</td></tr>')
+    detail = []
+    for node in report["nodes"]:
+        for item in node["items"]:
+            if item["status"] != "ok":
+                detail.append(
+                    '<tr class="{s}"><td>{n}</td><td>{c}</td><td>{i}</td><td>{w}</td><td>{note}</td></tr>'.format(
+                        s=esc(item["status"]), n=esc(node["name"]), c=esc(item["component"]), i=esc(_fmt(item["installed"])),
+                        w=esc(_fmt(item["wanted"])), note=esc(item.get("detail") or item["status"]),
+                    )
+                )
+    mixed = []
+    for sku, components in sorted(report["mixed_within_sku"].items()):
+        for component, versions in sorted(components.items()):
+            spread = "; ".join("{}: {}".format(v, ", ".join(nodes)) for v, nodes in versions.items())
+            mixed.append(f"<li><b>{esc(sku)}</b> {esc(component)}: {esc(spread)}</li>")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>{}</title><style>{}</style></head><body>'.format(esc(report["title"]), _CSS),
+        "<h1>{}</h1>".format(esc(report["title"])),
+        "<p><b>{nodes} nodes: {ok} match their BOM, {drift} drift, {unknown} unknown, {unreachable} unreachable.</b></p>".format(**t),
+        "<table><tr><th>node</th><th>SKU</th><th>status</th><th>driver</th><th>GPUs</th><th>critical Xids</th><th>drifting components</th></tr>",
+        "\n".join(rows),
+        "</table>",
+    ]
+    if detail:
+        header = "<tr><th>node</th><th>component</th><th>installed</th><th>BOM wants</th><th>note</th></tr>"
+        parts += ["<h2>Drift</h2><table>" + header, "\n".join(detail), "</table>"]
+    if mixed:
+        parts += ["<h2>Mixed versions within a SKU</h2><ul>", "\n".join(mixed), "</ul>"]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+RENDERERS = {"json": render_json, "md": render_markdown, "html": render_html}
