@@ -1241,3 +1241,36 @@ def test_text_and_xml_give_the_same_keys():
     text_gpu = nvsmi.parse_query_text(_read(OWN / "nvsmi" / "q_2gpu_old-ecc-layout_throttle.txt"))["gpus"][0]
     assert set(xml_gpu) == set(text_gpu)
     assert set(xml_gpu["ecc"]) == set(text_gpu["ecc"])
+
+
+def test_parse_xml_v13_sram_parity_and_secded_add_up():
+    # DTD v13 splits SRAM uncorrectable errors in two; both count as DBEs
+    counters = (
+        "<sram_correctable>4</sram_correctable><sram_uncorrectable_parity>1</sram_uncorrectable_parity>"
+        "<sram_uncorrectable_secded>2</sram_uncorrectable_secded><dram_correctable>5</dram_correctable>"
+        "<dram_uncorrectable>0</dram_uncorrectable>"
+    )
+    text = _doc(
+        "<driver_version>595.84</driver_version>"
+        f"<gpu><ecc_errors><volatile>{counters}</volatile><aggregate>{counters}<sram_threshold_exceeded>Yes</sram_threshold_exceeded></aggregate></ecc_errors></gpu>"
+    )
+    ecc = nvsmi.parse_xml(text)["gpus"][0]["ecc"]
+    assert (ecc["volatile_sbe"], ecc["volatile_dbe"], ecc["aggregate_sbe"], ecc["aggregate_dbe"]) == (9, 3, 9, 3)
+    assert ecc["aggregate"]["sram_threshold_exceeded"] is True
+
+
+def test_parse_query_text_secded_label():
+    text = (
+        "Driver Version : 590.48.01\nGPU 00000000:00:09.0\n    ECC Errors\n        Volatile\n"
+        "            SRAM Uncorrectable Parity : 0\n            SRAM Uncorrectable SEC-DED : 2\n"
+        "            DRAM Uncorrectable : 1\n"
+    )
+    ecc = nvsmi.parse_query_text(text)["gpus"][0]["ecc"]
+    assert ecc["volatile"]["sram_uncorrectable_secded"] == 2
+    assert ecc["volatile_dbe"] == 3
+
+
+def test_parse_query_csv_hex_values_stay_text():
+    # "0xFF" must not read as 0 with an "xFF" unit
+    rows = nvsmi.parse_query_csv("0xFF, 0x0000000000000001\n", ["clocks_event_reasons.active", "clocks_throttle_reasons.active"])
+    assert rows == [{"clocks_event_reasons.active": "0xFF", "clocks_throttle_reasons.active": "0x0000000000000001"}]
