@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _compat
 
 _PREFIX = "gpufleet.lifecycle."

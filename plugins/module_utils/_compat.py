@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _compat_
 COMPAT_MODES = ("toolkit", "minor")
 OPERATING_SYSTEMS = ("linux", "windows")
 
-_VERSION = re.compile(r"^\d+(\.\d+)*$")
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 
 class CompatError(ValueError):
@@ -170,7 +170,7 @@ def driver_branch(driver):
 
 def _parse_branch(branch):
     text = _text(branch, "driver branch")
-    match = re.match(r"^[Rr]?(\d+)$", text)
+    match = re.match(r"^[Rr]?([0-9]+)$", text)
     if not match:
         raise CompatError(f"driver branch {branch!r} is not of the form R570")
     number = int(match.group(1))
@@ -206,6 +206,9 @@ def gpu_compute_capability(gpu_name):
     """'NVIDIA H100 80GB HBM3' -> '9.0' (names as nvidia-smi prints them)."""
     if not isinstance(gpu_name, str) or not gpu_name.strip():
         raise CompatError(f"GPU name must be a non-empty string, got {gpu_name!r}")
+    if "..." in gpu_name:
+        # nvidia-smi's table view cuts long names; a cut name can fit several products.
+        raise CompatError(f"GPU name {gpu_name!r} is truncated: take names from nvidia-smi -L, -q or --query-gpu=name")
     name = " ".join(gpu_name.split()).lower()
     if name.startswith("nvidia "):
         name = name[len("nvidia ") :]
