@@ -1,0 +1,194 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: fleet_report
+short_description: Write the GPU fleet report (JSON, Markdown, HTML) from per-node facts and BOMs
+version_added: 0.1.0
+description:
+  - Compares each node's C(gpufleet.lifecycle.gpu_facts) with the bill of materials (BOM) of its SKU and writes a fleet report
+    that lists, per node and per component, what is installed, what the BOM wants, and the drift.
+  - Calls out mixed VBIOS within a node, and components whose versions differ between nodes of the same SKU.
+  - Nodes that were expected but sent no facts are listed as unreachable.
+  - Drift is exact equality with the BOM; a newer version than the BOM is drift too.
+  - Run it on the controller (C(delegate_to: localhost) and C(run_once: true)).
+author:
+  - gpufleet maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the report is computed and returned, and no file is written.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - Files are only rewritten when their content changes; with O(generated_at) set to the current time the content always changes.
+options:
+  nodes:
+    description:
+      - One entry per node that answered.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Inventory name of the node.
+        type: str
+        required: true
+      sku:
+        description: Hardware SKU of the node (the group its BOM comes from).
+        type: str
+      bom:
+        description: The node's bill of materials (C(gpufleet_bom)).
+        type: dict
+        default: {}
+      facts:
+        description: The node's C(ansible_facts.gpufleet).
+        type: dict
+        default: {}
+  expected_hosts:
+    description: Every node the audit targeted; those missing from O(nodes) are reported as unreachable.
+    type: list
+    elements: str
+    default: []
+  dest:
+    description: Folder to write the report files to. Created when missing.
+    type: path
+    required: true
+  basename:
+    description: File name of the reports without extension.
+    type: str
+    default: fleet-report
+  formats:
+    description: Formats to write.
+    type: list
+    elements: str
+    choices: [json, md, html]
+    default: [json, md, html]
+  title:
+    description: Title of the report.
+    type: str
+    default: GPU fleet audit
+  generated_at:
+    description: Time stamp printed in the report, for example the output of the C(now) Jinja2 function.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Write the fleet report
+  gpufleet.lifecycle.fleet_report:
+    nodes: "{{ groups['gpu_nodes'] | map('extract', hostvars) | selectattr('gpufleet_audit', 'defined') | map(attribute='gpufleet_audit') }}"
+    expected_hosts: "{{ groups['gpu_nodes'] }}"
+    dest: reports/
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+report:
+  description: The report (what the JSON file holds).
+  returned: always
+  type: dict
+  contains:
+    totals:
+      description: Node counts by status.
+      type: dict
+      returned: always
+      sample: {nodes: 16, ok: 11, drift: 4, unknown: 0, unreachable: 1}
+    nodes:
+      description: Per node, its status and every compared component with installed and wanted versions.
+      type: list
+      elements: dict
+      returned: always
+      sample: [{name: gpu-a-001, sku: hgx-h100, status: drift, items: [{component: driver, installed: 535.161.08, wanted: 550.90.07, status: drift}]}]
+    unreachable:
+      description: Expected nodes without facts.
+      type: list
+      elements: str
+      returned: always
+      sample: [gpu-a-007]
+    mixed_within_sku:
+      description: Per SKU, components with more than one installed version, and the nodes on each.
+      type: dict
+      returned: always
+      sample: {hgx-h100: {gpu_vbios: {96.00.74.00.0D: [gpu-a-001], 96.00.89.00.01: [gpu-a-002]}}}
+files:
+  description: Paths of the report files, by format.
+  returned: always
+  type: dict
+  sample: {json: reports/fleet-report.json, md: reports/fleet-report.md, html: reports/fleet-report.html}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import BomError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import RENDERERS, build_report
+
+
+def _write_if_changed(module, path, content):
+    try:
+        with open(path) as handle:
+            if handle.read() == content:
+                return False
+    except OSError:
+        pass
+    if not module.check_mode:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as handle:
+            handle.write(content)
+        module.atomic_move(tmp, path)
+    return True
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nodes=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(
+                    name=dict(type="str", required=True),
+                    sku=dict(type="str"),
+                    bom=dict(type="dict", default={}),
+                    facts=dict(type="dict", default={}),
+                ),
+            ),
+            expected_hosts=dict(type="list", elements="str", default=[]),
+            dest=dict(type="path", required=True),
+            basename=dict(type="str", default="fleet-report"),
+            formats=dict(type="list", elements="str", choices=list(RENDERERS), default=list(RENDERERS)),
+            title=dict(type="str", default="GPU fleet audit"),
+            generated_at=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        report = build_report(params["nodes"], params["expected_hosts"], title=params["title"], generated_at=params["generated_at"])
+    except BomError as exc:
+        module.fail_json(msg=f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.")
+
+    dest = params["dest"]
+    if not module.check_mode and not os.path.isdir(dest):
+        os.makedirs(dest)
+    files = {}
+    changed = False
+    for fmt in params["formats"]:
+        path = os.path.join(dest, f"{params['basename']}.{fmt}")
+        files[fmt] = path
+        changed |= _write_if_changed(module, path, RENDERERS[fmt](report))
+    module.exit_json(changed=changed, report=report, files=files)
+
+
+if __name__ == "__main__":
+    main()

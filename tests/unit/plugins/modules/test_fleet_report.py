@@ -1,0 +1,78 @@
+"""fleet_report: the files it writes, check mode, idempotence, unreachable nodes."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.gpufleet.lifecycle.plugins.modules import fleet_report
+
+BOM = {"driver": {"version": "550.90.07"}, "gpu": {"count": 8}}
+
+
+def record(name, driver="550.90.07", gpus=8, sku="hgx-h100"):
+    return {
+        "name": name,
+        "sku": sku,
+        "bom": BOM,
+        "facts": {
+            "driver": {"version": driver, "installed": True, "loaded": True},
+            "gpu_count": gpus,
+            "gpus": [],
+            "xid": {"critical": [79] if gpus < 8 else []},
+        },
+    }
+
+
+def args(tmp_path, **extra):
+    base = {
+        "nodes": [record("gpu-002", driver="535.161.08"), record("gpu-001"), record("gpu-003", gpus=7)],
+        "expected_hosts": ["gpu-001", "gpu-002", "gpu-003", "gpu-004"],
+        "dest": str(tmp_path / "reports"),
+    }
+    base.update(extra)
+    return base
+
+
+def test_writes_three_formats_with_drift_and_unreachable(tmp_path, run_module):
+    result = run_module(fleet_report.main, args(tmp_path))
+    assert result["changed"] is True
+    assert result["report"]["totals"] == {"nodes": 4, "ok": 1, "drift": 2, "unknown": 0, "unreachable": 1}
+    data = json.loads((tmp_path / "reports/fleet-report.json").read_text())
+    assert [n["name"] for n in data["nodes"]] == ["gpu-001", "gpu-002", "gpu-003"]
+    assert data["unreachable"] == ["gpu-004"]
+    driver_item = next(i for i in data["nodes"][1]["items"] if i["component"] == "driver")
+    assert driver_item == {"component": "driver", "installed": "535.161.08", "wanted": "550.90.07", "status": "drift"}
+    markdown = (tmp_path / "reports/fleet-report.md").read_text()
+    assert "| gpu-002 | driver | 535.161.08 | 550.90.07 | drift |" in markdown
+    assert "| gpu-004 | — | unreachable |" in markdown
+    assert "| gpu-003 | hgx-h100 | drift | 550.90.07 | 7 | 79 | gpu_count |" in markdown
+    html = (tmp_path / "reports/fleet-report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and '<tr class="drift"><td>gpu-002</td>' in html
+
+
+def test_second_run_changes_nothing(tmp_path, run_module):
+    run_module(fleet_report.main, args(tmp_path))
+    again = run_module(fleet_report.main, args(tmp_path))
+    assert again["changed"] is False
+
+
+def test_check_mode_writes_nothing(tmp_path, run_module):
+    result = run_module(fleet_report.main, args(tmp_path), check_mode=True)
+    assert result["changed"] is True
+    assert result["report"]["totals"]["drift"] == 2
+    assert not (tmp_path / "reports").exists()
+
+
+def test_bad_bom_fails_and_writes_nothing(tmp_path, run_module):
+    bad = record("gpu-001")
+    bad["bom"] = {"driver": "550.90.07"}
+    result = run_module(fleet_report.main, args(tmp_path, nodes=[bad]))
+    assert result["failed"] is True
+    assert "gpufleet_bom" in result["msg"] and "section 'driver' must be a mapping" in result["msg"]
+    assert not (tmp_path / "reports").exists()
+
+
+def test_html_escapes_node_names(tmp_path, run_module):
+    run_module(fleet_report.main, args(tmp_path, nodes=[record("<script>")], expected_hosts=[]))
+    html = (tmp_path / "reports/fleet-report.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;" in html
