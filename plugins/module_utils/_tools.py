@@ -78,16 +78,16 @@ class Tool:
     def run(self, args, ok_rcs=(0,), timeout=None, data=None):
         """Run the tool; return ``(rc, stdout, stderr)``; raise ToolError on other exit codes."""
         if not self.path:
-            raise ToolError("{0} was not found on this node (searched $PATH and {1})".format(self.binary, ", ".join(SEARCH_DIRS)))
-        cmd = self._timeout_prefix(timeout) + [self.path] + list(args)
+            raise ToolError("{} was not found on this node (searched $PATH and {})".format(self.binary, ", ".join(SEARCH_DIRS)))
+        cmd = [*self._timeout_prefix(timeout), self.path, *list(args)]
         if self.counter is not None:
             self.counter.add(cmd)
         rc, out, err = self.module.run_command(cmd, check_rc=False, environ_update=_ENV, data=data)
         if timeout and rc == 124:
-            raise ToolError("{0} did not finish within {1} s".format(self.label or self.binary, timeout), cmd=cmd, rc=rc, stdout=out, stderr=err)
+            raise ToolError(f"{self.label or self.binary} did not finish within {timeout} s", cmd=cmd, rc=rc, stdout=out, stderr=err)
         if ok_rcs is not None and rc not in ok_rcs:
             raise ToolError(
-                "{0} failed with exit status {1}: {2}".format(self.label or self.binary, rc, (err or out).strip()[:500]),
+                f"{self.label or self.binary} failed with exit status {rc}: {(err or out).strip()[:500]}",
                 cmd=cmd,
                 rc=rc,
                 stdout=out,
@@ -126,12 +126,12 @@ class Systemctl(Tool):
     def is_active(self, units):
         """``{unit: state}`` for several units in one process (``is-active`` prints one state a line)."""
         # is-active exits 3 when any unit is inactive: that is an answer, not a failure.
-        rc, out, err = self.run(["is-active"] + list(units), ok_rcs=None)
+        rc, out, err = self.run(["is-active", *list(units)], ok_rcs=None)
         states = out.splitlines()
         if len(states) != len(units):
             raise ToolError(
-                "systemctl is-active printed {0} lines for {1} units".format(len(states), len(units)),
-                cmd=[self.path, "is-active"] + list(units),
+                f"systemctl is-active printed {len(states)} lines for {len(units)} units",
+                cmd=[self.path, "is-active", *list(units)],
                 rc=rc,
                 stdout=out,
                 stderr=err,
@@ -171,3 +171,90 @@ class Modinfo(Tool):
 
     def module_info(self, name):
         return self.run([name], ok_rcs=None)
+
+
+class Dcgmi(Tool):
+    binary = "dcgmi"
+    label = "dcgmi"
+
+
+class AllReducePerf(Tool):
+    binary = "all_reduce_perf"
+    label = "nccl-tests all_reduce_perf"
+
+
+class GpuBurn(Tool):
+    binary = "gpu_burn"
+    label = "gpu-burn"
+
+
+class Modprobe(Tool):
+    binary = "modprobe"
+    label = "modprobe"
+
+
+class Rmmod(Tool):
+    binary = "rmmod"
+    label = "rmmod"
+
+
+class NvidiaUninstall(Tool):
+    binary = "nvidia-uninstall"
+    label = "nvidia-uninstall"
+
+
+class NvidiaInstaller(Tool):
+    """A driver runfile (NVIDIA-Linux-<arch>-<version>.run); its path is always given."""
+
+    binary = "sh"
+    label = "NVIDIA installer"
+
+
+class AptGet(Tool):
+    binary = "apt-get"
+    label = "apt-get"
+
+
+class AptMark(Tool):
+    binary = "apt-mark"
+    label = "apt-mark"
+
+
+class DpkgQuery(Tool):
+    binary = "dpkg-query"
+    label = "dpkg-query"
+
+
+class Dnf(Tool):
+    binary = "dnf"
+    label = "dnf"
+
+
+class Rpm(Tool):
+    binary = "rpm"
+    label = "rpm"
+
+
+class Scontrol(Tool):
+    binary = "scontrol"
+    label = "scontrol"
+
+
+class Sinfo(Tool):
+    binary = "sinfo"
+    label = "sinfo"
+
+
+class Nvfwupd(Tool):
+    binary = "nvfwupd"
+    label = "nvfwupd"
+
+
+class Mlxfwreset(Tool):
+    binary = "mlxfwreset"
+    label = "mlxfwreset"
+
+
+class Flint(Tool):
+    binary = "flint"
+    label = "flint"
