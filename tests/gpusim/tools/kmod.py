@@ -1,0 +1,146 @@
+"""Simulated kernel-module tools (modprobe, rmmod, lsmod), nvidia-uninstall and dmesg."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import state as st
+from ._common import fail, load, out, update
+
+SIZES = {"nvidia": 56823808, "nvidia_modeset": 1314816, "nvidia_uvm": 1789952, "nvidia_drm": 94208,
+         "nvidia_peermem": 16384}
+
+
+def _users(state: dict[str, Any], mod: str) -> list[str]:
+    return [m for m in st.MODULE_USERS.get(mod, ()) if m in state["modules"]]
+
+
+def _in_use(state: dict[str, Any], mod: str) -> str | None:
+    """None if removable, else the rmmod error."""
+    users = _users(state, mod)
+    if users:
+        return f"rmmod: ERROR: Module {mod} is in use by: {' '.join(users)}"
+    if mod in ("nvidia", "nvidia_uvm") and state["processes"]:
+        return f"rmmod: ERROR: Module {mod} is in use"
+    if mod == "nvidia" and state["services"]["nvidia-persistenced"]["active"]:
+        return f"rmmod: ERROR: Module {mod} is in use"
+    return None
+
+
+def lsmod_main(argv: list[str]) -> int:
+    state = load()
+    lines = ["Module                  Size  Used by"]
+    for m in reversed(state["modules"]):
+        users = _users(state, m)
+        count = len(users) + (len(state["processes"]) if m in ("nvidia", "nvidia_uvm") else 0)
+        lines.append(f"{m:<19}{SIZES.get(m, 16384):>11}  {count}" + (f" {','.join(users)}" if users else ""))
+    lines += ["ib_core               409600  8 rdma_cm,ib_ipoib,iw_cm,ib_umad,rdma_ucm,ib_uverbs,mlx5_ib,ib_cm"]
+    out("\n".join(lines))
+    return 0
+
+
+def _unload(mods: list[str]) -> int:
+    for mod in mods:
+        state = load()
+        if mod not in state["modules"]:
+            continue
+        msg = _in_use(state, mod)
+        if msg:
+            return mod  # type: ignore[return-value]
+        update(lambda s, mod=mod: s["modules"].remove(mod))
+    return 0
+
+
+def rmmod_main(argv: list[str]) -> int:
+    mods = [a for a in argv if not a.startswith("-")]
+    if not mods:
+        fail("rmmod: ERROR: missing module name.", 1)
+    for mod in mods:
+        state = load()
+        if mod not in state["modules"]:
+            fail(f"rmmod: ERROR: Module {mod} is not currently loaded", 1)
+        msg = _in_use(state, mod)
+        if msg:
+            fail(msg, 1)
+        update(lambda s, mod=mod: s["modules"].remove(mod))
+        if mod == "nvidia":
+            update(lambda s: st._refresh_derived(st.node_dir_from_env(), s))
+    return 0
+
+
+def modprobe_main(argv: list[str]) -> int:
+    remove = any(a in ("-r", "--remove") for a in argv)
+    mods = [a for a in argv if not a.startswith("-") and "=" not in a]
+    if not mods:
+        fail("modprobe: FATAL: Module name required.", 1)
+    state = load()
+    if remove:
+        # modprobe -r removes the named modules and then their now-unused dependencies
+        order = []
+        for m in mods:
+            order.append(m)
+            if m in ("nvidia_drm",):
+                order.append("nvidia_modeset")
+            if m in ("nvidia_modeset", "nvidia_uvm", "nvidia_peermem"):
+                order.append("nvidia")
+        for m in order:
+            state = load()
+            if m not in state["modules"]:
+                continue
+            msg = _in_use(state, m)
+            if msg:
+                if m in mods:
+                    fail(f"modprobe: FATAL: Module {m} is in use.", 1)
+                continue
+            update(lambda s, m=m: s["modules"].remove(m))
+        return 0
+    for m in mods:
+        if m not in st.ALL_MODULES:
+            fail(f"modprobe: FATAL: Module {m} not found in directory /lib/modules/{state['kernel']}", 1)
+        if not state["driver"]["version"] or not state["driver"].get("built", True):
+            fail(f"modprobe: FATAL: Module {m} not found in directory /lib/modules/{state['kernel']}", 1)
+        deps = {"nvidia_drm": ("nvidia", "nvidia_modeset", "nvidia_drm"), "nvidia_modeset": ("nvidia", "nvidia_modeset"),
+                "nvidia_uvm": ("nvidia", "nvidia_uvm"), "nvidia_peermem": ("nvidia", "nvidia_peermem")}.get(m, (m,))
+        update(lambda s, deps=deps: st.load_modules(s, deps))
+    return 0
+
+
+def uninstall_main(argv: list[str]) -> int:
+    state = load()
+    if not state["driver"]["version"]:
+        fail("ERROR: No NVIDIA driver is currently installed.", 1, "out")
+    if state["processes"]:
+        fail("ERROR: An NVIDIA kernel module 'nvidia' appears to be in use. Please exit any programs that may be "
+             "using the GPU(s) before uninstalling the driver.", 1, "out")
+    ver = state["driver"]["version"]
+
+    def _remove(s: dict[str, Any]) -> None:
+        s["modules"] = []
+        s["driver"].update(version=None, loaded=False, method=None)
+        s["services"]["nvidia-persistenced"].update(active=False)
+        s["services"]["nvidia-fabricmanager"].update(active=False)
+
+    update(_remove)
+    out(f"Uninstalling NVIDIA Accelerated Graphics Driver for Linux-x86_64 ({ver}):\n\n"
+        "WARNING: Your driver installation has been altered since it was initially installed; this may happen, for\n"
+        "         example, if you have since installed the NVIDIA driver through a mechanism other than\n"
+        "         nvidia-installer (such as your distribution's native package management system).\n\n"
+        "Uninstallation of existing driver: NVIDIA Accelerated Graphics Driver for Linux-x86_64 "
+        f"({ver}) is complete.")
+    return 0
+
+
+def dmesg_main(argv: list[str]) -> int:
+    state = load()
+    human = any(a in ("-T", "--ctime") for a in argv)
+    lines = []
+    for e in state["kernel_log"]:
+        if human:
+            stamp = time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(e["t"]))
+            lines.append(f"[{stamp}] {e['msg']}")
+        else:
+            lines.append(f"[{e['uptime']:12.6f}] {e['msg']}")
+    if lines:
+        out("\n".join(lines))
+    return 0
