@@ -508,7 +508,7 @@ def main(argv: list[str]) -> int:
         wanted = []
         for tok in index.split(","):
             match = [g for g in visible if str(g["index"]) == tok or g["uuid"] == tok
-                     or g["pci_bus_id"].lower().endswith(tok.lower())]
+                     or (":" in tok and g["pci_bus_id"].lower().endswith(tok.lower()))]
             if not match:
                 fail("No devices were found", 6, "out")
             wanted += match

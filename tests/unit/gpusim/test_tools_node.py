@@ -1,0 +1,180 @@
+"""Simulated node tools other than nvidia-smi: driver install, modules, services, reboot,
+diagnostics, firmware tools, and boot()."""
+
+import json
+
+from _simnode import SimNode, make_node  # noqa: F401  (fixture)
+
+from gpusim import artifacts, state
+
+
+def _unload_all(node: SimNode) -> None:
+    node.run("systemctl", "stop", "nvidia-persistenced")
+    for mod in ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"):
+        assert node.run("rmmod", mod).returncode == 0, mod
+
+
+def test_rmmod_refuses_while_in_use(make_node):
+    node = make_node()
+    r = node.run("rmmod", "nvidia")
+    assert r.returncode == 1
+    assert "rmmod: ERROR: Module nvidia is in use by: nvidia_modeset nvidia_uvm" in r.stderr
+    node.fault("gpu_process", gpu=0)
+    for mod in ("nvidia_drm", "nvidia_modeset"):
+        assert node.run("rmmod", mod).returncode == 0
+    r = node.run("rmmod", "nvidia_uvm")
+    assert r.returncode == 1 and "Module nvidia_uvm is in use" in r.stderr
+
+
+def test_runfile_install_needs_unloaded_modules(make_node):
+    node = make_node()
+    run = artifacts.write_driver_runfile(node.dir / "art", "570.124.06")
+    assert len(artifacts.sha256_file(run)) == 64
+    r = node.exec(str(run), "--silent", "--dkms", "-m=kernel-open")
+    assert r.returncode == 1
+    assert "ERROR: An NVIDIA kernel module 'nvidia' appears to already be loaded in your kernel." in r.stdout
+    assert node.state["driver"]["version"] == "550.90.07"
+    _unload_all(node)
+    assert not (node.dir / "proc_driver" / "nvidia").exists()
+    r = node.exec(str(run), "--silent", "--no-questions", "--ui=none", "--dkms", "-m=kernel-open")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert node.state["driver"]["version"] == "570.124.06"
+    # nvidia-smi loads the module again, like nvidia-modprobe
+    assert node.run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0").stdout == "570.124.06\n"
+    assert "570.124.06" in (node.dir / "proc_driver" / "nvidia" / "version").read_text()
+
+
+def test_runfile_dkms_failure_and_bad_flag(make_node):
+    node = make_node(faults=[{"kind": "dkms_fail"}])
+    run = artifacts.write_driver_runfile(node.dir / "art", "570.124.06")
+    _unload_all(node)
+    r = node.exec(str(run), "--silent", "--dkms")
+    assert r.returncode == 1
+    assert "Error! Bad return status for module build on kernel: 5.15.0-119-generic (x86_64)" in r.stdout
+    assert "ERROR: Installation has failed." in r.stdout
+    assert "dkms build -m nvidia -v 570.124.06" in (node.dir / "nvidia-installer.log").read_text()
+    assert node.state["driver"]["version"] == "550.90.07"
+    r = node.exec(str(run), "--no-such-flag")
+    assert r.returncode == 1 and 'unrecognized option: "--no-such-flag"' in r.stdout
+
+
+def test_shutdown_writes_reboot_request(make_node):
+    node = make_node()
+    r = node.run("shutdown", "-r", "+1", "Reboot initiated by Ansible")
+    assert r.returncode == 0
+    assert r.stdout.startswith("Reboot scheduled for ")
+    req = json.loads((node.dir / "reboot.request").read_text())
+    assert req["delay_s"] == 60 and req["action"] == "reboot"
+    assert node.run("shutdown", "-c").returncode == 0
+    assert not (node.dir / "reboot.request").exists()
+    assert node.run("systemctl", "reboot").returncode == 0
+    assert json.loads((node.dir / "reboot.request").read_text())["delay_s"] == 0
+
+
+def test_fabricmanager_mismatch(make_node):
+    node = make_node()
+    assert node.run("systemctl", "is-active", "nvidia-fabricmanager").stdout == "active\n"
+    node.fault("fm_mismatch", version="550.90.06")
+    r = node.run("systemctl", "status", "nvidia-fabricmanager")
+    assert r.returncode == 3
+    assert ("fabric manager NVIDIA GPU driver interface version 550.90.06 don't match with driver version 550.90.07. "
+            "Please update with matching NVIDIA driver package.") in r.stdout
+    r = node.run("systemctl", "restart", "nvidia-fabricmanager.service")
+    assert r.returncode == 1 and "Job for nvidia-fabricmanager.service failed" in r.stderr
+    assert node.run("nv-fabricmanager", "--version").stdout == "Fabric Manager version is : 550.90.06\n"
+    assert node.run("systemctl", "status", "slurmd").returncode == 4
+
+
+def test_dcgm_fail_fault(make_node):
+    node = make_node()
+    ok = node.run("dcgmi", "diag", "-r", "2")
+    assert ok.returncode == 0 and "| GPU Memory                | Pass - All" in ok.stdout
+    node.fault("dcgm_fail", test="GPU Memory", gpu=3)
+    bad = node.run("dcgmi", "diag", "-r", "2", "-j")
+    assert bad.returncode != 0
+    doc = json.loads(bad.stdout)
+    mem = [t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory"][0]
+    assert [r["status"] for r in mem["results"]][3] == "Fail"
+    assert node.run("dcgmi", "diag", "-r", "7").returncode == 1
+
+
+def test_nccl_low_and_thermal_burn(make_node):
+    node = make_node()
+
+    def avg(n):
+        out = n.run("all_reduce_perf", "-b", "1G", "-e", "1G", "-g", "8").stdout
+        return float(out.split("# Avg bus bandwidth    : ")[1].split()[0])
+
+    before = avg(node)
+    node.fault("nccl_low", factor=0.5)
+    assert avg(node) < before * 0.6
+    node.fault("thermal_slowdown", gpu=7)
+    out = node.run("gpu_burn", "-d", "10").stdout
+    line = [x for x in out.splitlines() if x.startswith("100.0%")][0]
+    rates = [float(x.split(" Gflop/s")[0]) for x in line.split("(")[1:9]]
+    assert rates[7] < rates[0] * 0.7
+    assert out.rstrip().endswith("GPU 7: OK")
+    node.fault("ecc_dbe", gpu=2)
+    assert "\tGPU 2: FAULTY" in node.run("gpu_burn", "10").stdout
+
+
+def test_nvfwupd_stage_and_boot(make_node):
+    node = make_node()
+    pkg = artifacts.write_fwpkg(node.dir / "art", "HGX-24.04-2", components={"HGX_FW_GPU": "96.00.AF.00.01"})
+    tgt = ["-t", "ip=10.0.0.1", "user=admin", "password=s3cret"]
+    r = node.run("nvfwupd", *tgt, "show_version", "-p", str(pkg), "-j")
+    rows = json.loads(r.stdout)["Firmware Devices"]
+    gpu0 = [x for x in rows if x["AP Name"] == "HGX_FW_GPU_0"][0]
+    assert gpu0 == {"AP Name": "HGX_FW_GPU_0", "Sys Version": "96.00.A5.00.01", "Pkg Version": "96.00.AF.00.01",
+                    "Up-To-Date": "No"}
+    r = node.run("nvfwupd", *tgt, "update_fw", "-p", str(pkg), stdin="n\n")
+    assert "Ok to proceed with firmware update? <Y/N>" in r.stdout and node.state["gpu_firmware"]["staged"] is None
+    r = node.run("nvfwupd", *tgt, "update_fw", "-p", str(pkg), "-y")
+    assert r.returncode == 0 and "Firmware update successful!" in r.stdout
+    assert "s3cret" not in r.stdout
+    boot_id = node.state["boot_id"]
+    assert state.boot(node.dir) is True
+    s = node.state
+    assert s["boot_id"] != boot_id and s["gpus"][0]["vbios"] == "96.00.AF.00.01"
+    assert (node.dir / "boot_id").read_text().strip() == s["boot_id"]
+
+
+def test_nvfwupd_flash_fail(make_node):
+    node = make_node(faults=[{"kind": "flash_fail", "target": "gpu", "percent": 40}])
+    pkg = artifacts.write_fwpkg(node.dir / "art", "HGX-24.04-2")
+    r = node.run("nvfwupd", "-t", "ip=10.0.0.1", "user=a", "password=b", "update_fw", "-p", str(pkg), "-y")
+    assert r.returncode == 1
+    assert "TaskState: Exception" in r.stdout and "Error Code: 1" in r.stdout
+    assert node.state["gpu_firmware"]["staged"] is None
+
+
+def test_mlx_psid_mismatch_and_reset_activation(make_node):
+    node = make_node()
+    good = artifacts.write_mlx_image(node.dir / "art", "MT_0000000838", "28.43.1014")
+    other = artifacts.write_mlx_image(node.dir / "art", "MT_0000000999", "28.43.1014")
+    dev = "/dev/mst/mt4129_pciconf0"
+    r = node.run("flint", "-d", dev, "-i", str(other), "-y", "burn")
+    assert r.returncode == 1
+    assert "-E- PSID mismatch. The PSID on flash (MT_0000000838) differs from the PSID in the given image (MT_0000000999)." in r.stdout
+    q = node.run("mlxfwmanager", "--query", "-i", str(other)).stdout
+    assert "Status:           No matching image found" in q
+    r = node.run("mlxfwmanager", "-u", "-i", str(good), "-y")
+    assert r.returncode == 0 and "Restart needed for updates to take effect." in r.stdout
+    assert node.state["nics"][0]["fw"] == "28.39.1002"
+    assert "FW Version(Running):   28.39.1002" in node.run("flint", "-d", dev, "q").stdout
+    assert node.run("mlxfwreset", "-d", dev, "--level", "3", "-y", "reset").returncode == 0
+    assert node.state["nics"][0]["fw"] == "28.43.1014"
+    xml = node.run("mlxfwmanager", "--query", "--query-format", "XML").stdout
+    assert 'current="28.43.1014"' in xml
+
+
+def test_boot_faults_no_return_and_gpu_missing_after_upgrade(make_node):
+    node = make_node(faults=[{"kind": "gpu_missing", "gpu": 5, "when": "upgrade"}])
+    assert state.boot(node.dir) is True
+    assert len(state.visible_gpus(node.state)) == 8  # no upgrade yet
+    state.update(node.dir, lambda s: s["driver"].__setitem__("staged", {"version": "570.124.06"}))
+    assert state.boot(node.dir) is True
+    assert node.state["driver"]["version"] == "570.124.06"
+    assert len(state.visible_gpus(node.state)) == 7
+    node.fault("no_return")
+    assert state.boot(node.dir) is False
