@@ -15,7 +15,7 @@ description:
   - Calls out mixed VBIOS within a node, and components whose versions differ between nodes of the same SKU.
   - Nodes that were expected but sent no facts are listed as unreachable.
   - Drift is exact equality with the BOM; a newer version than the BOM is drift too.
-  - Run it on the controller (C(delegate_to: localhost) and C(run_once: true)).
+  - "Run it on the controller: C(delegate_to: localhost) and C(run_once: true)."
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
