@@ -100,7 +100,7 @@ def toolkit_row(cuda):
 def _minor_compat_row(cuda, os):
     version = _cuda_version(cuda)
     for family, minimum, maximum in data.MINOR_VERSION_COMPAT_ROWS:
-        if int(family.split(".")[0]) == version[0]:
+        if int(family.split(".", maxsplit=1)[0]) == version[0]:
             footnote = data.MINOR_VERSION_COMPAT_FOOTNOTE.get(version[0], {})
             return {"family": family, "min": footnote.get(os, minimum), "max": maximum}
     families = ", ".join(row[0] for row in data.MINOR_VERSION_COMPAT_ROWS)

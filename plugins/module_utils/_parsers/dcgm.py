@@ -450,7 +450,7 @@ def parse_discovery(text):
             gpus.append(current)
         if current is None or ":" not in info:
             continue
-        key, _, val = info.partition(":")
+        key, _sep, val = info.partition(":")
         field = {"Name": "name", "PCI Bus ID": "pci_bus_id", "Device UUID": "uuid"}.get(key.strip())
         if field:
             current[field] = val.strip() or None

@@ -67,7 +67,7 @@ def split_index(folder):
     """{file name: command} from a split_*/_INDEX.txt."""
     index = {}
     for line in _need(folder / "_INDEX.txt").splitlines():
-        name, _, command = line.partition(" | ")
+        name, _sep, command = line.partition(" | ")
         index[name] = command.strip()
     return index
 
@@ -825,7 +825,7 @@ def test_parse_query_text_full_capture_idle(path):
 
 def test_parse_query_text_r610_windows_details(real_dir):
     path = real_dir / CAPTURES / "FULL__windows-x86_64__nvidia-geforce-rtx-2080-super__610.62.txt"
-    _, body = section(path, "idle :: query (-q)")
+    _title, body = section(path, "idle :: query (-q)")
     gpu = nvsmi.parse_query_text(body)["gpus"][0]
     assert gpu["serial"] is None
     assert gpu["minor_number"] is None
@@ -1252,7 +1252,8 @@ def test_parse_xml_v13_sram_parity_and_secded_add_up():
     )
     text = _doc(
         "<driver_version>595.84</driver_version>"
-        f"<gpu><ecc_errors><volatile>{counters}</volatile><aggregate>{counters}<sram_threshold_exceeded>Yes</sram_threshold_exceeded></aggregate></ecc_errors></gpu>"
+        f"<gpu><ecc_errors><volatile>{counters}</volatile><aggregate>{counters}"
+        "<sram_threshold_exceeded>Yes</sram_threshold_exceeded></aggregate></ecc_errors></gpu>"
     )
     ecc = nvsmi.parse_xml(text)["gpus"][0]["ecc"]
     assert (ecc["volatile_sbe"], ecc["volatile_dbe"], ecc["aggregate_sbe"], ecc["aggregate_dbe"]) == (9, 3, 9, 3)
