@@ -188,7 +188,7 @@ ansible_facts:
               description: Number of events per Xid code.
               type: dict
               returned: always
-              sample: {79: 1}
+              sample: {"79": 1}
             critical:
               description: Codes seen that are in O(critical_xids).
               type: list
