@@ -6,7 +6,6 @@ import pathlib
 
 import pytest
 import yaml
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import validate_bom
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._compat import check_bom
 
