@@ -13,7 +13,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections:$(CURDIR)/$(VENV)/lib/
 export ANSIBLE_HOST_KEY_CHECKING := False
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: test venv lint ruff ansible-lint sanity unit integration build demo clean
+.PHONY: test venv lint ruff ansible-lint sanity unit integration build demo bench clean
 
 test: venv lint sanity unit integration build ## everything CI runs
 
@@ -58,6 +58,9 @@ build: venv
 	$(BIN)/ansible-galaxy collection install --offline --force -p build/installed build/dist/gpufleet-lifecycle-*.tar.gz
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/installed $(BIN)/ansible-doc gpufleet.lifecycle.gpu_facts > /dev/null
 	@echo "built and installed build/dist/$$(ls build/dist)"
+
+bench: venv ## figures: parse and report speed, memory
+	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
 clean:
 	rm -rf build .collections tests/output .pytest_cache .ruff_cache
