@@ -1,0 +1,285 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The nvidia_driver module's logic: read, plan, act, re-read (private).
+
+Acting follows one order for both install methods: verify the runfile, record the last known good
+version, clear GPU processes, stop the services that hold the GPU, unload the modules, install,
+load the modules, start the services again (on every exit path), verify.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DEFAULT_LOAD, DriverError, Node
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_package import FabricManagerPackage, PackageMethod
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError, diff, parse_checksum, plan
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_runfile import RunfileMethod
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
+
+INSTALL_ACTIONS = ("install", "upgrade", "downgrade", "reinstall")
+
+
+class DriverManager:
+    def __init__(self, module, node=None, method=None, fabricmanager=None):
+        self.module = module
+        self.options = dict(module.params)
+        self.counter = CommandCounter()
+        if self.options["method"] == "runfile" and self.options["state"] == "present":
+            if not self.options.get("source"):
+                raise PlanError("method: runfile needs source (the path or URL of NVIDIA-Linux-x86_64-<version>.run) and checksum")
+            self.options["checksum_hex"] = parse_checksum(self.options.get("checksum"))
+        self.node = node or Node(module, counter=self.counter)
+        self.method = method or self._method()
+        self._fm = fabricmanager
+        self.reboot_required = False
+        self.notes = []
+
+    def _method(self):
+        if self.options["method"] == "package":
+            return PackageMethod(self.module, self.options, self.counter)
+        return RunfileMethod(self.module, self.options, self.counter)
+
+    @property
+    def fabricmanager(self):
+        if self._fm is None:
+            if isinstance(self.method, PackageMethod):
+                self._fm = FabricManagerPackage(self.module, self.options, packages=self.method.packages)
+            else:
+                self._fm = FabricManagerPackage(self.module, self.options, self.counter)
+        return self._fm
+
+    # -- reading -------------------------------------------------------------
+    def read_current(self):
+        if isinstance(self.method, PackageMethod):
+            self.method._installed = None
+            found = self.method.installed()
+            current = self.node.read(installed=found["driver"] or (None, None))
+            current["driver"]["held"] = found["held"] if found["packages"] else None
+            if not current["fabricmanager"]["version"] and found["fabricmanager"]:
+                current["fabricmanager"] = {"installed": True, "version": found["fabricmanager"]}
+            return current
+        current = self.node.read()
+        current["driver"]["held"] = None
+        return current
+
+    # -- the run ---------------------------------------------------------------
+    def run(self):
+        before = self.read_current()
+        the_plan = plan(before, self.options)
+        result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before}
+        if not the_plan["changed"] or self.module.check_mode:
+            result["after"] = before
+            result["reboot_required"] = the_plan["driver"]["action"] == "activate" and self.module.check_mode
+            result["commands_run"] = len(self.counter)
+            return result
+
+        self._prepare(the_plan)
+        self._record_start(before, the_plan)
+        try:
+            result["gpu_processes_killed"] = self._act(before, the_plan)
+        except DriverError as exc:
+            self._record_end(the_plan, "failed", exc.msg)
+            exc.extra.setdefault("node_state", self._describe_node())
+            raise
+        after = self.read_current()
+        self._verify(after, the_plan)
+        self._record_end(the_plan, "reboot_required" if self.reboot_required else "ok")
+        result.update(after=after, reboot_required=self.reboot_required, commands_run=len(self.counter))
+        if self.notes:
+            result["warnings_text"] = self.notes
+        return result
+
+    def _prepare(self, the_plan):
+        """Everything that can fail before the node is touched: runfile checksum, tools present."""
+        if the_plan["driver"]["action"] in INSTALL_ACTIONS or the_plan["driver"]["action"] == "hold" or the_plan["driver"]["action"] == "remove":
+            self.method.prepare()
+        if the_plan["fabricmanager"]["action"] != "none" and not isinstance(self.method, PackageMethod):
+            self.fabricmanager.prepare()
+
+    # -- the node state file ----------------------------------------------------------------
+    def _record_start(self, before, the_plan):
+        path = self.options["state_file"]
+        rollout = self.options.get("rollout_id")
+
+        def change(doc):
+            drv = before["driver"]
+            working = drv["loaded_version"] and drv["nvidia_smi"] == "ok" and drv["loaded_version"] == drv["installed_version"]
+            if self.options["record_last_known_good"] and working:
+                _state.record_last_known_good(
+                    doc, "driver", drv["loaded_version"], {"kernel_module": drv["flavor"], "method": self.options["method"]}
+                )
+                fm = before["fabricmanager"].get("version")
+                if fm and fm == drv["loaded_version"]:
+                    _state.record_last_known_good(doc, "fabricmanager", fm)
+            _state.append_history(
+                doc, "driver", the_plan["driver"]["action"], before=the_plan["driver"]["before"], after=the_plan["driver"]["after"],
+                result="started", rollout_id=rollout, details={"fabricmanager": the_plan["fabricmanager"]["action"], "method": self.options["method"]},
+            )
+            return True
+
+        try:
+            _state.update(path, change)
+        except _state.StateFileError as exc:
+            raise DriverError(exc.msg + ". Nothing was changed") from exc
+
+    def _record_end(self, the_plan, outcome, message=None):
+        def change(doc):
+            details = {"message": message[:500]} if message else None
+            _state.append_history(
+                doc, "driver", the_plan["driver"]["action"], before=the_plan["driver"]["before"], after=the_plan["driver"]["after"],
+                result=outcome, rollout_id=self.options.get("rollout_id"), details=details,
+            )
+            return True
+
+        try:
+            _state.update(self.options["state_file"], change)
+        except _state.StateFileError as exc:
+            self.notes.append(exc.msg)
+
+    # -- acting ---------------------------------------------------------------------------
+    def _act(self, before, the_plan):
+        drv_action = the_plan["driver"]["action"]
+        fm_action = the_plan["fabricmanager"]["action"]
+        if drv_action == "hold":
+            self.method.hold(the_plan["driver"]["after"])
+            drv_action = "none"
+        if drv_action == "none" and fm_action == "none":
+            return []
+        killed = self.node.clear_gpu_processes(self.options["gpu_processes"], self.options["timeout"])
+        services = before.get("services") or {}
+        stopped = [unit for unit in ("nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced") if services.get(unit) == "active"]
+        self.node.stop(stopped)
+        unloaded = []
+        reload_done = drv_action == "none"  # a fabric manager change alone keeps the modules
+        try:
+            if drv_action != "none":
+                loaded = self.node.loaded_modules()
+                unloaded, error = self.node.unload(loaded)
+                if error is not None:
+                    self._unload_failed(error, unloaded, drv_action)
+                    unloaded = []
+            self._install(the_plan, drv_action, fm_action)
+            if drv_action not in ("none", "remove") and not self.reboot_required:
+                error = self.node.load(unloaded or DEFAULT_LOAD)
+                if error is not None:
+                    self.reboot_required = True
+                    self.notes.append(f"the new kernel modules could not be loaded in place ({error.msg}): reboot the node")
+            reload_done = True
+        finally:
+            if not reload_done and unloaded:
+                # Something failed after the old modules were unloaded: put them back.
+                self.node.load(unloaded)
+            self._restart(stopped, drv_action, the_plan)
+        return killed
+
+    def _unload_failed(self, error, unloaded, drv_action):
+        if unloaded:
+            self.node.load(unloaded)
+        if isinstance(self.method, PackageMethod) and drv_action != "remove":
+            # Packages install beside the loaded modules: the new ones load at the next boot.
+            self.reboot_required = True
+            self.notes.append(f"the nvidia modules could not be unloaded ({error.msg}): the new driver is active after a reboot")
+            return
+        raise DriverError.from_tool(
+            error,
+            f"cannot unload the nvidia kernel modules ({error.msg}); nothing was installed and the previous driver is still loaded. "
+            "Something else holds the GPU (a process outside nvidia-smi's view, a display server): stop it, or reboot and retry",
+        )
+
+    def _install(self, the_plan, drv_action, fm_action):
+        version = the_plan["driver"]["after"]
+        kernel = self.node.host.kernel_release()
+        package = isinstance(self.method, PackageMethod)
+        fm_with_driver = package and fm_action in ("install", "upgrade", "downgrade")
+        if drv_action in INSTALL_ACTIONS:
+            if package:
+                self.method.install(version, kernel, with_fabricmanager=fm_with_driver)
+            else:
+                self.method.install(version, kernel)
+        elif drv_action == "remove":
+            self.method.remove()
+        if fm_action == "remove":
+            self._fm_call(self.fabricmanager.remove)
+        elif fm_action != "none" and not (fm_with_driver and drv_action in INSTALL_ACTIONS):
+            self._fm_call(self.fabricmanager.install, version)
+
+    def _fm_call(self, func, *args):
+        try:
+            func(*args)
+        except ToolError as exc:
+            raise DriverError.from_tool(
+                exc,
+                f"the driver is changed but the fabric manager could not follow: {exc.msg}. NVLink does not work until "
+                "nvidia-fabricmanager matches the driver: fix the package repository and rerun, or roll back",
+            ) from exc
+
+    def _restart(self, stopped, drv_action, the_plan):
+        if drv_action == "remove":
+            return
+        units = [u for u in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm") if u in stopped]
+        if self.options["persistenced"] and "nvidia-persistenced" not in units and drv_action != "none":
+            units.insert(0, "nvidia-persistenced")
+        if the_plan["fabricmanager"]["action"] in ("install", "upgrade", "downgrade") and "nvidia-fabricmanager" not in units:
+            units.append("nvidia-fabricmanager")
+        if self.reboot_required:
+            return  # the services start at boot with the new modules
+        failures = self.node.start(units)
+        for unit, message in failures.items():
+            if unit == "nvidia-fabricmanager":
+                continue  # judged by _verify against the driver version
+            self.notes.append(f"{unit} did not start again: {message}")
+
+    # -- after -------------------------------------------------------------------------------------
+    def _verify(self, after, the_plan):
+        drv = after["driver"]
+        target = the_plan["driver"]["after"]
+        if self.options["state"] == "present":
+            if drv["installed_version"] != target:
+                raise DriverError(
+                    f"the installer finished but driver {drv['installed_version']} is installed, not {target}: see /var/log/nvidia-installer.log",
+                    node_state=self._describe_node(after),
+                )
+            if not self.reboot_required and (drv["loaded_version"] != target or drv["nvidia_smi"] != "ok" or drv["nvidia_smi_version"] != target):
+                raise DriverError(
+                    f"driver {target} is installed but nvidia-smi answers {drv['nvidia_smi_version'] or drv['nvidia_smi']} "
+                    f"(loaded module: {drv['loaded_version']}): reboot the node, then check dmesg for NVRM errors",
+                    node_state=self._describe_node(after),
+                )
+            if the_plan["fabricmanager"]["managed"] and the_plan["fabricmanager"]["after"]:
+                fm = after["fabricmanager"].get("version")
+                if fm != target:
+                    raise DriverError(
+                        f"driver {target} is installed but nvidia-fabricmanager is {fm}: install the matching fabric manager "
+                        "(nvidia-fabricmanager-<branch> at the driver version) or set fabricmanager: skip",
+                        node_state=self._describe_node(after),
+                    )
+                state = (after.get("services") or {}).get("nvidia-fabricmanager")
+                if not self.reboot_required and after.get("nvswitch") and state != "active":
+                    raise DriverError(
+                        f"nvidia-fabricmanager {fm} is installed but the service is {state}: see journalctl -u nvidia-fabricmanager",
+                        node_state=self._describe_node(after),
+                    )
+
+    def _describe_node(self, current=None):
+        try:
+            current = current or self.read_current()
+        except (DriverError, ToolError) as exc:
+            return {"error": f"could not read the node after the failure: {exc}"}
+        drv = current["driver"]
+        return {
+            "driver_installed": drv["installed_version"],
+            "driver_loaded": drv["loaded_version"],
+            "nvidia_smi": drv["nvidia_smi"],
+            "fabricmanager": current["fabricmanager"].get("version"),
+            "services": current.get("services"),
+            "reboot_required": self.reboot_required,
+        }
+
+
+def run(module):
+    return DriverManager(module).run()
+
+
+__all__ = ["DriverManager", "run"]

@@ -1,0 +1,247 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: nvidia_driver
+short_description: Install, upgrade, downgrade or remove the NVIDIA driver together with its fabric manager
+version_added: 0.1.0
+description:
+  - Reads the driver on the node (C(/proc/driver/nvidia/version), C(modinfo nvidia) or the installed packages, C(nvidia-smi),
+    C(nv-fabricmanager --version), C(systemctl is-active), NVSwitch presence), plans the change, returns the plan in check mode,
+    acts, reads the node again and returns the new state.
+  - Before it changes anything it records the driver that works now as the last known good version in the node state file
+    O(state_file), with a history entry, so that a rollback has something to return to.
+  - Acting is the same for both methods. The runfile is verified (sha256) first; GPU processes are handled per O(gpu_processes);
+    C(nvidia-persistenced), C(nvidia-fabricmanager) and C(nvidia-dcgm) are stopped when running and started again on every exit path;
+    the modules are unloaded in dependency order (C(nvidia_drm), C(nvidia_modeset), C(nvidia_uvm), C(nvidia_peermem), C(nvidia));
+    the driver and the fabric manager are installed; the modules are loaded again, or RV(reboot_required) says that the node must reboot;
+    C(nvidia-smi) must then answer with the new version and, on NVSwitch systems, the fabric manager must equal the driver.
+  - On a failure the previous driver is still installed and loaded (the old modules are loaded again), or the failure result's
+    C(node_state) says exactly what the node is left with.
+author:
+  - gpufleet maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details:
+      - The diff is the driver version, kernel module flavor and (when managed) fabric manager version before and after.
+  idempotent:
+    support: full
+options:
+  version:
+    description: The driver version, for example V(550.90.07). Required with O(state=present).
+    type: str
+  state:
+    description: V(present) installs O(version); V(absent) removes the driver.
+    type: str
+    choices: [present, absent]
+    default: present
+  method:
+    description:
+      - V(runfile) runs NVIDIA's C(.run) installer from O(source); the fabric manager then comes from the distribution package
+        C(nvidia-fabricmanager-<branch>) (apt) or C(nvidia-fabricmanager) (dnf) at the same version.
+      - V(package) installs the driver and the fabric manager packages of NVIDIA's CUDA repository at the exact version and holds them
+        (C(apt-mark hold), C(dnf versionlock)) so that unattended upgrades cannot move them.
+    type: str
+    choices: [runfile, package]
+    default: runfile
+  source:
+    description:
+      - Path on the node of C(NVIDIA-Linux-x86_64-<version>.run), or an C(https://) URL to download it from. Required with O(method=runfile).
+    type: str
+  checksum:
+    description:
+      - The sha256 of the runfile, as V(sha256:<hex>) or bare hex. Required with O(method=runfile). A mismatch fails before anything changes.
+    type: str
+  kernel_module:
+    description: The open kernel modules (required for Hopper with some features, Blackwell and later) or the proprietary ones.
+    type: str
+    choices: [open, proprietary]
+    default: open
+  dkms:
+    description:
+      - Register the runfile's kernel module with DKMS so that it is rebuilt for new kernels. The packages always use DKMS.
+    type: bool
+    default: true
+  kernel_source_path:
+    description: Kernel sources to build against (runfile C(--kernel-source-path)); the installer finds them for C(uname -r) when not set.
+    type: path
+  fabricmanager:
+    description:
+      - V(auto) makes the fabric manager follow the driver when the node has NVSwitches and leaves it alone otherwise;
+        V(present) always installs it at the driver version; V(absent) removes it; V(skip) leaves it alone.
+    type: str
+    choices: [auto, present, absent, skip]
+    default: auto
+  persistenced:
+    description: Start C(nvidia-persistenced) after the driver changed, even when it was not running before.
+    type: bool
+    default: true
+  allow_downgrade:
+    description: Allow installing a version older than the installed one.
+    type: bool
+    default: false
+  gpu_processes:
+    description:
+      - What to do when processes use the GPUs. V(refuse) fails and changes nothing; V(wait) polls until they end, at most O(timeout) seconds;
+        V(kill) sends them SIGTERM, then SIGKILL after 10 seconds.
+      - V(kill) ends whatever runs there, training jobs included, without a checkpoint. Drain the node instead where you can.
+    type: str
+    choices: [refuse, wait, kill]
+    default: refuse
+  timeout:
+    description: Seconds allowed for the installer or the package manager, and for O(gpu_processes=wait).
+    type: int
+    default: 900
+  package_manager:
+    description: The package manager; V(auto) picks it from the distribution.
+    type: str
+    choices: [auto, apt, dnf]
+    default: auto
+  package_release:
+    description:
+      - The package release appended to the version, V(1) in NVIDIA's repositories (C(nvidia-driver-550-open=550.90.07-1),
+        C(nvidia-fabricmanager-550.90.07-1)). Some Ubuntu builds use V(0ubuntu1).
+    type: str
+    default: "1"
+  state_file:
+    description: The node state file (JSON, readable as C(ansible_local.gpufleet)).
+    type: path
+    default: /etc/ansible/facts.d/gpufleet.fact
+  record_last_known_good:
+    description: Record the working driver as last known good before changing it. The rollback entry point of the role turns this off.
+    type: bool
+    default: true
+  rollout_id:
+    description: The rollout this change belongs to, written into the history entry.
+    type: str
+notes:
+  - The runfile does not contain the fabric manager. On NVSwitch systems the module installs the package at the same version;
+    when it cannot, it fails before touching the driver (set O(fabricmanager=skip) to manage it yourself).
+  - The modules are unloaded with C(rmmod), never forced. When they cannot be unloaded, the runfile method fails and changes nothing;
+    the package method installs the packages and returns RV(reboot_required=true).
+seealso:
+  - module: gpufleet.lifecycle.gpu_facts
+  - name: NVIDIA driver installation guide
+    description: Package names and repositories the package method follows.
+    link: https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/
+"""
+
+EXAMPLES = r"""
+- name: Upgrade to the BOM driver from a verified runfile
+  gpufleet.lifecycle.nvidia_driver:
+    version: 550.90.07
+    source: /var/cache/gpufleet/NVIDIA-Linux-x86_64-550.90.07.run
+    checksum: sha256:1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b
+  register: driver
+
+- name: Install from the CUDA repository, held, open modules, waiting up to 10 minutes for GPU jobs to end
+  gpufleet.lifecycle.nvidia_driver:
+    version: 570.124.06
+    method: package
+    gpu_processes: wait
+    timeout: 600
+
+- name: Reboot when the modules could not be reloaded in place
+  ansible.builtin.reboot:
+  when: driver.reboot_required
+"""
+
+RETURN = r"""
+plan:
+  description: What the module did (or would do in check mode).
+  returned: always
+  type: dict
+  sample:
+    driver: {action: upgrade, before: 535.161.08, after: 550.90.07, kernel_module_before: open, kernel_module_after: open}
+    fabricmanager: {action: upgrade, before: 535.161.08, after: 550.90.07, managed: true}
+    changed: true
+reboot_required:
+  description: True when the new modules could not be loaded in place; the node runs the new driver after a reboot.
+  returned: always
+  type: bool
+  sample: false
+before:
+  description: The driver, fabric manager, services and NVSwitch presence read before acting.
+  returned: always
+  type: dict
+  sample:
+    driver: {installed_version: 535.161.08, loaded_version: 535.161.08, flavor: open, nvidia_smi: ok, nvidia_smi_version: 535.161.08, held: null}
+    fabricmanager: {installed: true, version: 535.161.08}
+    services: {nvidia-persistenced: active, nvidia-fabricmanager: active, nvidia-dcgm: active}
+    nvswitch: true
+    kernel: 5.15.0-119-generic
+after:
+  description: The same, read again after acting (equal to RV(before) when nothing changed or in check mode).
+  returned: always
+  type: dict
+  sample:
+    driver: {installed_version: 550.90.07, loaded_version: 550.90.07, flavor: open, nvidia_smi: ok, nvidia_smi_version: 550.90.07, held: null}
+    fabricmanager: {installed: true, version: 550.90.07}
+gpu_processes_killed:
+  description: The GPU processes ended with O(gpu_processes=kill).
+  returned: when the driver changed
+  type: list
+  elements: dict
+  sample: [{pid: 4242, process_name: python3, gpu_uuid: GPU-5d3c0b8e-1a2b-3c4d-5e6f-708192a3b4c5, used_memory: 30712}]
+commands_run:
+  description: Number of processes the module started.
+  returned: always
+  type: int
+  sample: 14
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import DriverManager
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DriverError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import DEFAULT_PATH
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import ToolError
+
+ARGUMENT_SPEC = {
+    "version": {"type": "str"},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "method": {"type": "str", "choices": ["runfile", "package"], "default": "runfile"},
+    "source": {"type": "str"},
+    "checksum": {"type": "str"},
+    "kernel_module": {"type": "str", "choices": ["open", "proprietary"], "default": "open"},
+    "dkms": {"type": "bool", "default": True},
+    "kernel_source_path": {"type": "path"},
+    "fabricmanager": {"type": "str", "choices": ["auto", "present", "absent", "skip"], "default": "auto"},
+    "persistenced": {"type": "bool", "default": True},
+    "allow_downgrade": {"type": "bool", "default": False},
+    "gpu_processes": {"type": "str", "choices": ["refuse", "wait", "kill"], "default": "refuse"},
+    "timeout": {"type": "int", "default": 900},
+    "package_manager": {"type": "str", "choices": ["auto", "apt", "dnf"], "default": "auto"},
+    "package_release": {"type": "str", "default": "1"},
+    "state_file": {"type": "path", "default": DEFAULT_PATH},
+    "record_last_known_good": {"type": "bool", "default": True},
+    "rollout_id": {"type": "str"},
+}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        required_if=[("state", "present", ("version",))],
+        supports_check_mode=True,
+    )
+    try:
+        result = DriverManager(module).run()
+    except (DriverError, ToolError, PlanError) as exc:
+        module.fail_json(**exc.fail_kwargs())
+    for note in result.pop("warnings_text", []):
+        module.warn(note)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
