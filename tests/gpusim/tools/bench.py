@@ -84,8 +84,8 @@ def nccl_main(argv: list[str]) -> int:
             break
         s *= factor
     total = 0.0
-    for size in sizes:
-        size -= size % 4
+    for raw_size in sizes:
+        size = raw_size - raw_size % 4
         count = size // 4
         # latency-bound at small sizes, peak at large ones
         bw = peak * size / (size + 8 * 1024 * 1024) if n > 1 else 0.0

@@ -95,7 +95,8 @@ def _text(state: dict[str, Any], cats: list, gpus: list[dict[str, Any]]) -> str:
             lines.append("|-----  Deployment  --------+------------------------------------------------|")
         else:
             lines.append(f"+-----  {cat}  " + "-" * (20 - len(cat)) + "+------------------------------------------------+")
-        for name, status, warns in tests:
+        for test, status, warns in tests:
+            name = test
             if cat == "Deployment":
                 word = status.capitalize()
             elif status == "fail":
@@ -174,7 +175,7 @@ def main(argv: list[str]) -> int:
             fail("ERROR: discovery requires one of -l/--list, -i/--info", 1)
         out(_discovery(state), end="")
         return 0
-    if sub == "--version" or sub == "-v":
+    if sub in {"--version", "-v"}:
         out(f"version: {catalog.DCGM_VERSION}")
         return 0
     if sub != "diag":

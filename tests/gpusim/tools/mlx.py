@@ -126,7 +126,7 @@ def fwmanager_main(argv: list[str]) -> int:
         plan.append((idx, nic, avail, status, match[0][0] if match else None))
     if fmt == "xml":
         lines = ['<?xml version="1.0" encoding="UTF-8" ?>', "<Devices>"]
-        for idx, nic, avail, status, _p in plan:
+        for _idx, nic, avail, status, _p in plan:
             _dev, desc, _fam = catalog.nic_info(nic["type"])
             lines += [f"    <Device pciName={quoteattr(nic['mst'])} type={quoteattr(_type_name(nic))} "
                       f"psid={quoteattr(nic['psid'])} partNumber={quoteattr(nic['part_number'])}>",
@@ -202,7 +202,7 @@ def fwreset_main(argv: list[str]) -> int:
     found = _find(state, dev)
     if not found:
         fail(f"-E- Failed to open device: {dev}", 1, "out")
-    idx, nic = found
+    idx, _nic = found
     if cmd == "query":
         out("Reset-levels:\n"
             "0: Driver, PCI link, network link will remain up (\"live-Patch\")  -Supported     (default)\n"

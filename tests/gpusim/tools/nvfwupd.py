@@ -26,12 +26,13 @@ def read_fwpkg(path: str) -> dict[str, Any]:
             first = fh.readline()
         data = json.loads(first.decode())
         if not isinstance(data, dict) or "version" not in data:
-            raise ValueError
-        return data
+            data = None
     except (OSError, ValueError):
+        data = None
+    if data is None:
         fail(f"Error: Unable to parse firmware package {path}. Please provide a valid .fwpkg file.\n{SEP}\nError Code: 1",
              1, "out")
-        raise AssertionError  # unreachable
+    return data
 
 
 def _devices(state: dict[str, Any], pkg: dict[str, Any] | None) -> list[dict[str, str]]:

@@ -41,7 +41,7 @@ def gpu_values(state: dict[str, Any], gpu: dict[str, Any], rank: int) -> dict[st
     procs = _busy(state, gpu)
     used = sum(p["mem_mib"] for p in procs)
     thermal = bool(gpu.get("thermal_slowdown"))
-    dom, bus, devfn = gpu["pci_bus_id"].split(":")
+    dom, bus, _devfn = gpu["pci_bus_id"].split(":")
     e, rr, ret = gpu["ecc"], gpu["remapped"], gpu["retired"]
     drv = state["driver"]["version"]
     new_clocks = rank >= 3
@@ -386,9 +386,8 @@ def _csv(rows: list[list[tuple[str, str]]], header: list[str], fmt: set[str]) ->
     for row in rows:
         vals = []
         for unit, val in row:
-            if "nounits" in fmt and unit and val.endswith(" " + unit):
-                val = val[: -len(unit) - 1]
-            vals.append(val)
+            strip = "nounits" in fmt and unit and val.endswith(" " + unit)
+            vals.append(val[: -len(unit) - 1] if strip else val)
         lines.append(", ".join(vals))
     return "\n".join(lines) + ("\n" if lines else "")
 
@@ -445,7 +444,7 @@ def main(argv: list[str]) -> int:
     if not st.driver_loaded(state):
         if state["driver"].get("built", True):
             # Like nvidia-modprobe: running nvidia-smi as root loads the kernel module.
-            update(lambda s: st.load_modules(s))
+            update(st.load_modules)
             state = load()
         else:
             fail(NO_DRIVER.rstrip("\n"), 9, "out")

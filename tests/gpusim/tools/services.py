@@ -80,7 +80,7 @@ def _status(state: dict[str, Any], unit: str) -> int:
     desc, execstart, comm, cmd = UNITS[unit]
     enabled = "enabled" if svc["enabled"] else "disabled"
     failed = bool(svc.get("failed_reason"))
-    dot = "●" if svc["active"] or not failed else "×"
+    dot = "●" if svc["active"] or not failed else "\u00d7"  # systemd prints U+00D7 for failed units
     lines = [f"{dot} {unit}.service - {desc}",
              f"     Loaded: loaded (/lib/systemd/system/{unit}.service; {enabled}; vendor preset: enabled)"]
     if svc["active"]:

@@ -3,9 +3,14 @@ diagnostics, firmware tools, and boot()."""
 
 import json
 
-from _simnode import SimNode, make_node  # noqa: F401  (fixture)
-
+import pytest
 from gpusim import artifacts, state
+from test_tools_support import SimNode, node_factory
+
+
+@pytest.fixture
+def make_node(tmp_path):
+    return node_factory(tmp_path)
 
 
 def _unload_all(node: SimNode) -> None:
@@ -93,7 +98,7 @@ def test_dcgm_fail_fault(make_node):
     bad = node.run("dcgmi", "diag", "-r", "2", "-j")
     assert bad.returncode != 0
     doc = json.loads(bad.stdout)
-    mem = [t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory"][0]
+    mem = next(t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory")
     assert [r["status"] for r in mem["results"]][3] == "Fail"
     assert node.run("dcgmi", "diag", "-r", "7").returncode == 1
 
@@ -110,7 +115,7 @@ def test_nccl_low_and_thermal_burn(make_node):
     assert avg(node) < before * 0.6
     node.fault("thermal_slowdown", gpu=7)
     out = node.run("gpu_burn", "-d", "10").stdout
-    line = [x for x in out.splitlines() if x.startswith("100.0%")][0]
+    line = next(x for x in out.splitlines() if x.startswith("100.0%"))
     rates = [float(x.split(" Gflop/s")[0]) for x in line.split("(")[1:9]]
     assert rates[7] < rates[0] * 0.7
     assert out.rstrip().endswith("GPU 7: OK")
@@ -124,7 +129,7 @@ def test_nvfwupd_stage_and_boot(make_node):
     tgt = ["-t", "ip=10.0.0.1", "user=admin", "password=s3cret"]
     r = node.run("nvfwupd", *tgt, "show_version", "-p", str(pkg), "-j")
     rows = json.loads(r.stdout)["Firmware Devices"]
-    gpu0 = [x for x in rows if x["AP Name"] == "HGX_FW_GPU_0"][0]
+    gpu0 = next(x for x in rows if x["AP Name"] == "HGX_FW_GPU_0")
     assert gpu0 == {"AP Name": "HGX_FW_GPU_0", "Sys Version": "96.00.A5.00.01", "Pkg Version": "96.00.AF.00.01",
                     "Up-To-Date": "No"}
     r = node.run("nvfwupd", *tgt, "update_fw", "-p", str(pkg), stdin="n\n")

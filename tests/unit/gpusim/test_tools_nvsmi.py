@@ -2,7 +2,13 @@
 
 import xml.etree.ElementTree as ET
 
-from _simnode import make_node  # noqa: F401  (fixture)
+import pytest
+from test_tools_support import node_factory
+
+
+@pytest.fixture
+def make_node(tmp_path):
+    return node_factory(tmp_path)
 
 
 def test_no_driver_is_exit_9(make_node):
@@ -48,7 +54,7 @@ def test_xml_dtd_and_throttle_names_follow_branch(make_node):
     assert "<clocks_throttle_reasons>" in old and "<clocks_event_reasons>" not in old
     new = make_node(driver="590.48.01", fabricmanager="590.48.01").run("nvidia-smi", "-q", "-x").stdout
     assert 'SYSTEM "nvsmi_device_v13.dtd"' in new
-    root = ET.fromstring(new.split("\n", 2)[2])
+    root = ET.fromstring(new.split("\n", 2)[2])  # noqa: S314 - simulator output / stored fixture
     assert root.findtext("driver_version") == "590.48.01"
     assert root.findtext("cuda_version") == "13.1"
     assert len(root.findall("gpu")) == 8
@@ -62,14 +68,14 @@ def test_xid79_gpu_fell_off(make_node):
     assert "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error" in r.stdout
     r = node.run("nvidia-smi", "-q", "-x")
     assert r.returncode == 15
-    assert len(ET.fromstring(r.stdout.split("\n", 2)[2]).findall("gpu")) == 7
+    assert len(ET.fromstring(r.stdout.split("\n", 2)[2]).findall("gpu")) == 7  # noqa: S314 - simulator output / stored fixture
     assert "Xid (PCI:0000:2a:00): 79" in node.run("dmesg").stdout
 
 
 def test_ecc_dbe_shows_in_xml_and_table(make_node):
     node = make_node(driver="570.124.06", fabricmanager="570.124.06")
     node.fault("ecc_dbe", gpu=0, count=2)
-    root = ET.fromstring(node.run("nvidia-smi", "-q", "-x").stdout.split("\n", 2)[2])
+    root = ET.fromstring(node.run("nvidia-smi", "-q", "-x").stdout.split("\n", 2)[2])  # noqa: S314 - simulator output / stored fixture
     gpu0 = root.findall("gpu")[0]
     assert gpu0.findtext("ecc_errors/volatile/dram_uncorrectable") == "2"
     assert gpu0.findtext("remapped_rows/remapped_row_pending") == "Yes"

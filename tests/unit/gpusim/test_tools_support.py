@@ -1,4 +1,4 @@
-"""Helpers shared by the gpusim unit tests: a node folder and a runner for the simulated tools."""
+"""Helpers shared by the gpusim unit tests (no tests here): a node folder and a runner for the simulated tools."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[2]
+# Real captures beside the checkout (see tests/conftest.py); tests skip when absent.
+REAL = TESTS.parent.parent / "shared" / "fixtures" / "real"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
@@ -55,11 +57,9 @@ class SimNode:
         state.update(self.dir, lambda s: state.apply_fault(s, kind, **params))
 
 
-import pytest  # noqa: E402
 
-
-@pytest.fixture
-def make_node(tmp_path):
+def node_factory(tmp_path: Path):
+    """make_node(**spec) -> SimNode: a simulated node folder with its state (spec overrides BASE_SPEC)."""
     count = {"n": 0}
 
     def _make(**spec):
