@@ -210,6 +210,15 @@ def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
         (nv / "version").write_text(proc_version_text(state))
     elif nv.exists():
         shutil.rmtree(nv, ignore_errors=True)
+    # The nvidia module lists the NVSwitches it drives under /proc/driver/nvidia-nvswitch/devices.
+    switches = proc / "nvidia-nvswitch"
+    if driver_loaded(state) and state.get("nvswitch"):
+        devices = switches / "devices"
+        devices.mkdir(parents=True, exist_ok=True)
+        for n in range(4):
+            (devices / f"0000:{0x05 + n:02x}:00.0").mkdir(exist_ok=True)
+    elif switches.exists():
+        shutil.rmtree(switches, ignore_errors=True)
     # boot_id is a bind-mount target: rewrite in place, never rename.
     with open(node_dir / "boot_id", "a+") as fh:
         fh.seek(0)
