@@ -1,0 +1,344 @@
+"""nvidia_driver: exact command lines for the runfile and package methods (apt and dnf), failures, check mode."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _driver_node, _driver_package
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import Host
+from ansible_collections.gpufleet.lifecycle.plugins.modules import nvidia_driver
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
+OLD, NEW = "535.161.08", "550.90.07"
+KERNEL = "6.8.0-45-generic"
+SMI_VERSION = ["/usr/bin/nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+SMI_APPS = ["/usr/bin/nvidia-smi", "--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
+FM_VERSION = ["/usr/bin/nv-fabricmanager", "--version"]
+IS_ACTIVE = ["/usr/bin/systemctl", "is-active", "nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
+MODINFO = ["/usr/bin/modinfo", "nvidia"]
+DPKG_QUERY = ["/usr/bin/dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\\n", "nvidia-driver-*", "nvidia-fabricmanager-*"]
+RPM_Q = ["/usr/bin/rpm", "-q", "--qf", "%{NAME} %{VERSION}\\n", "nvidia-driver", "kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms", "nvidia-fabricmanager"]
+APT_OPTS = ["-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+
+
+def proc_version(version):
+    return f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  (dvs-builder@U16-I3-B03-4-3)  Wed May 29 2024\n"
+
+
+class Node:
+    """A fake node: /proc and /sys under tmp_path, tools answering from a table that changes when the installer runs."""
+
+    def __init__(self, tmp_path, commands, monkeypatch, nvswitch=True, processes=""):
+        self.root = tmp_path / "root"
+        self.commands = commands
+        (self.root / "proc/sys/kernel").mkdir(parents=True)
+        (self.root / "proc/sys/kernel/osrelease").write_text(KERNEL + "\n")
+        (self.root / "proc/driver/nvidia").mkdir(parents=True)
+        if nvswitch:
+            (self.root / "proc/driver/nvidia-nvswitch/devices/0000:05:00.0").mkdir(parents=True)
+        monkeypatch.setattr(_driver_node, "Host", lambda: Host(str(self.root)))
+        self.state_file = tmp_path / "facts.d" / "gpufleet.fact"
+        for tool in ("nvidia-smi", "nv-fabricmanager", "systemctl", "modinfo", "lsmod", "rmmod", "modprobe", "sh"):
+            commands.tool(tool)
+        self.hooks = {}
+        original = commands.run_command
+
+        def run_command(module, args, **kwargs):
+            answer = original(module, args, **kwargs)
+            hook = self.hooks.get(tuple(args))
+            if hook and answer[0] == 0:
+                hook()
+            return answer
+
+        monkeypatch.setattr(commands, "run_command", run_command)
+        self.set_driver(OLD)
+        self.set_fm(OLD if nvswitch else None)
+        commands.on(SMI_APPS, stdout=processes)
+        commands.on(IS_ACTIVE, stdout="active\nactive\nactive\n" if nvswitch else "active\ninactive\nactive\n", rc=0 if nvswitch else 3)
+        commands.on(["/usr/bin/lsmod"], stdout=(FIXTURES / "driver/lsmod_nvidia_535.txt").read_text())
+        for unit in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"):
+            commands.on(["/usr/bin/systemctl", "stop", unit])
+            commands.on(["/usr/bin/systemctl", "start", unit])
+        for mod in ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"):
+            commands.on(["/usr/bin/rmmod", mod])
+            commands.on(["/usr/bin/modprobe", mod])
+
+    def set_driver(self, version):
+        (self.root / "proc/driver/nvidia/version").write_text(proc_version(version))
+        self.commands.on(SMI_VERSION, stdout=f"{version}\n{version}\n")
+        self.commands.on(MODINFO, rc=1, stderr="modinfo: ERROR: Module nvidia not found.\n")
+
+    def set_fm(self, version):
+        if version is None:
+            self.commands.binaries.pop("nv-fabricmanager", None)
+        else:
+            self.commands.tool("nv-fabricmanager")
+            self.commands.on(FM_VERSION, stdout=f"Fabric Manager version is : {version}\n")
+
+    def runfile(self, tmp_path, version=NEW):
+        path = tmp_path / f"NVIDIA-Linux-x86_64-{version}.run"
+        path.write_text("#!/bin/sh\necho simulated\n")
+        return str(path), "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+    def argvs(self):
+        return [call["argv"] for call in self.commands.calls]
+
+
+READ = [SMI_VERSION, MODINFO, FM_VERSION, IS_ACTIVE]
+STOP = [["/usr/bin/systemctl", "stop", u] for u in ("nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced")]
+UNLOAD = [["/usr/bin/lsmod"]] + [["/usr/bin/rmmod", m] for m in ("nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia")]
+LOAD = [["/usr/bin/modprobe", m] for m in ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")]
+START = [["/usr/bin/systemctl", "start", u] for u in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")]
+
+
+@pytest.fixture
+def node(tmp_path, commands, monkeypatch):
+    def make(**kwargs):
+        return Node(tmp_path, commands, monkeypatch, **kwargs)
+
+    return make
+
+
+def runfile_args(node, tmp_path, **extra):
+    source, checksum = node.runfile(tmp_path)
+    args = {"version": NEW, "source": source, "checksum": checksum, "state_file": str(node.state_file), "package_manager": "apt"}
+    args.update(extra)
+    return args
+
+
+def apt_tools(commands):
+    for tool in ("apt-get", "apt-mark", "dpkg-query"):
+        commands.tool(tool)
+
+
+def test_runfile_upgrade_exact_commands_on_debian(node, tmp_path, commands, run_module):
+    n = node()
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path)
+    installer = ["/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms"]
+    commands.on(installer)
+    n.hooks[tuple(installer)] = lambda: n.set_driver(NEW)
+    apt_install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", *APT_OPTS, "nvidia-fabricmanager-550=550.90.07-1"]
+    commands.on(apt_install)
+    n.hooks[tuple(apt_install)] = lambda: n.set_fm(NEW)
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-fabricmanager-550"])
+
+    result = run_module(nvidia_driver.main, args)
+
+    assert not result.get("failed"), result
+    assert result["changed"] is True
+    assert result["reboot_required"] is False
+    assert result["diff"] == {"before": {"driver": OLD, "kernel_module": "open", "fabricmanager": OLD},
+                              "after": {"driver": NEW, "kernel_module": "open", "fabricmanager": NEW}}
+    assert n.argvs() == [*READ, SMI_APPS, *STOP, *UNLOAD, installer, apt_install,
+                         ["/usr/bin/apt-mark", "hold", "nvidia-fabricmanager-550"], *LOAD, *START, *READ]
+    assert result["after"]["driver"]["loaded_version"] == NEW
+    assert result["after"]["fabricmanager"]["version"] == NEW
+    doc = json.loads(n.state_file.read_text())
+    assert doc["last_known_good"]["driver"]["version"] == OLD
+    assert doc["last_known_good"]["fabricmanager"]["version"] == OLD
+    assert [(h["action"], h["result"]) for h in doc["history"]] == [("upgrade", "started"), ("upgrade", "ok")]
+
+
+def test_runfile_before_560_uses_m_flag_and_no_dkms(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    n.set_driver("525.147.05")
+    source, checksum = n.runfile(tmp_path, "535.161.08")
+    args = {"version": "535.161.08", "source": source, "checksum": checksum, "state_file": str(n.state_file), "dkms": False,
+            "kernel_module": "proprietary", "kernel_source_path": "/usr/src/linux-headers-" + KERNEL}
+    installer = ["/usr/bin/sh", source, "--silent", "--no-questions", "-m=kernel", "--no-dkms", "--kernel-source-path=/usr/src/linux-headers-" + KERNEL]
+    commands.on(installer)
+    n.hooks[tuple(installer)] = lambda: n.set_driver("535.161.08")
+    result = run_module(nvidia_driver.main, args)
+    assert not result.get("failed"), result
+    assert installer in n.argvs()
+    # PCIe node: the fabric manager is left alone and never started.
+    assert ["/usr/bin/systemctl", "start", "nvidia-fabricmanager"] not in n.argvs()
+
+
+def test_checksum_mismatch_changes_nothing(node, tmp_path, commands, run_module):
+    n = node()
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path, checksum="sha256:" + "0" * 64)
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"]
+    assert "checksum mismatch" in result["msg"] and "Nothing was changed" in result["msg"]
+    assert n.argvs() == READ
+    assert not n.state_file.exists()
+
+
+def test_gpu_process_is_refused_with_its_pid(node, tmp_path, commands, run_module):
+    n = node(processes="424242, python3, GPU-5d3c0b8e-1a2b-3c4d-5e6f-708192a3b4c5, 30712\n")
+    apt_tools(commands)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"]
+    assert "python3 (pid 424242" in result["msg"] and "gpu_processes: wait" in result["msg"]
+    assert not any(argv[1:2] in (["stop"], ["--silent"]) or argv[0].endswith("rmmod") for argv in n.argvs())
+    assert json.loads(n.state_file.read_text())["history"][-1]["result"] == "failed"
+
+
+def test_dkms_failure_reloads_the_old_driver_and_says_what_to_do(node, tmp_path, commands, run_module):
+    n = node()
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path)
+    installer = ["/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms"]
+    commands.on(installer, rc=1, stdout=(FIXTURES / "driver/installer_dkms_failure.txt").read_text())
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"]
+    assert "DKMS" in result["msg"] and f"linux-headers-{KERNEL}" in result["msg"]
+    calls = n.argvs()
+    assert calls[calls.index(installer) + 1 :] == [["/usr/bin/modprobe", m] for m in ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")] + START + READ
+    assert result["node_state"]["driver_loaded"] == OLD
+    assert result["node_state"]["nvidia_smi"] == "ok"
+
+
+def test_downgrade_refused_without_allow_downgrade(node, tmp_path, commands, run_module):
+    n = node()
+    n.set_driver("570.124.06")
+    apt_tools(commands)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] and "allow_downgrade: true" in result["msg"]
+    assert n.argvs() == READ
+
+
+def test_check_mode_plans_and_touches_nothing(node, tmp_path, commands, run_module):
+    n = node()
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path), check_mode=True)
+    assert result["changed"] is True
+    assert result["plan"]["driver"]["action"] == "upgrade"
+    assert result["plan"]["fabricmanager"]["action"] == "upgrade"
+    assert n.argvs() == READ
+    assert not n.state_file.exists()
+
+
+def test_already_at_version_is_no_change(node, tmp_path, commands, run_module):
+    n = node()
+    n.set_driver(NEW)
+    n.set_fm(NEW)
+    for check_mode in (False, True):
+        result = run_module(nvidia_driver.main, runfile_args(n, tmp_path), check_mode=check_mode)
+        assert result["changed"] is False
+    assert n.argvs() == READ + READ
+
+
+# -- package method --------------------------------------------------------------------------
+
+
+def test_apt_upgrade_exact_commands_on_ubuntu(node, tmp_path, commands, run_module, monkeypatch):
+    monkeypatch.setattr(_driver_package, "get_distribution", lambda: "Ubuntu")
+    n = node()
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout=(FIXTURES / "driver/dpkg_query_535_held.txt").read_text())
+    install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", *APT_OPTS,
+               "nvidia-driver-550-open=550.90.07-1", "nvidia-fabricmanager-550=550.90.07-1"]
+    hold = ["/usr/bin/apt-mark", "hold", "nvidia-driver-550-open", "nvidia-fabricmanager-550"]
+    commands.on(install)
+    commands.on(hold)
+
+    def installed():
+        n.set_driver(NEW)
+        n.set_fm(NEW)
+        commands.on(DPKG_QUERY, stdout="nvidia-driver-550-open 550.90.07-1 hi \nnvidia-fabricmanager-550 550.90.07-1 hi \n")
+
+    n.hooks[tuple(install)] = installed
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "state_file": str(n.state_file)})
+    assert not result.get("failed"), result
+    read = [DPKG_QUERY, SMI_VERSION, FM_VERSION, IS_ACTIVE]
+    assert n.argvs() == [*read, SMI_APPS, *STOP, *UNLOAD, install, hold, *LOAD, *START, *read]
+    install_call = next(c for c in commands.calls if c["argv"] == install)
+    assert install_call["environ_update"]["DEBIAN_FRONTEND"] == "noninteractive"
+    assert result["before"]["driver"]["held"] is True
+
+    # Idempotent: same version, held: nothing to do, in both modes.
+    for check_mode in (False, True):
+        commands.calls.clear()
+        again = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "state_file": str(n.state_file)}, check_mode=check_mode)
+        assert again["changed"] is False
+        assert [c["argv"] for c in commands.calls] == read
+
+
+def test_apt_downgrade_adds_allow_downgrades(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout="nvidia-driver-550-open 550.90.07-1 hi \n")
+    n.set_driver(NEW)
+    install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", "--allow-downgrades", *APT_OPTS,
+               "nvidia-driver-535-open=535.161.08-1"]
+    commands.on(install)
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-driver-535-open"])
+    n.hooks[tuple(install)] = lambda: (n.set_driver(OLD), commands.on(DPKG_QUERY, stdout="nvidia-driver-535-open 535.161.08-1 hi \n"))
+    args = {"version": OLD, "method": "package", "package_manager": "apt", "allow_downgrade": True, "state_file": str(n.state_file)}
+    result = run_module(nvidia_driver.main, args)
+    assert not result.get("failed"), result
+    assert install in n.argvs()
+    assert result["plan"]["driver"]["action"] == "downgrade"
+
+
+def test_apt_released_hold_is_put_back(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    n.set_driver(NEW)
+    commands.on(DPKG_QUERY, stdout="nvidia-driver-550-open 550.90.07-1 ii \n")
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-driver-550-open"])
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)})
+    assert result["changed"] is True and result["plan"]["driver"]["action"] == "hold"
+    assert ["/usr/bin/apt-mark", "hold", "nvidia-driver-550-open"] in n.argvs()
+    assert not any(a[0].endswith(("rmmod", "apt-get")) for a in n.argvs())
+
+
+def test_dnf_upgrade_exact_commands_on_rhel(node, tmp_path, commands, run_module, monkeypatch):
+    monkeypatch.setattr(_driver_package, "get_distribution", lambda: "Rocky")
+    n = node()
+    for tool in ("dnf", "rpm"):
+        commands.tool(tool)
+    commands.on(RPM_Q, rc=1, stdout=(FIXTURES / "driver/rpm_q_535.txt").read_text())
+    commands.on(["/usr/bin/dnf", "versionlock", "list"], stdout=(FIXTURES / "driver/dnf_versionlock_list_535.txt").read_text())
+    unlock = ["/usr/bin/dnf", "versionlock", "delete", "nvidia-driver", "kmod-nvidia-open-dkms", "nvidia-fabricmanager"]
+    specs = ["nvidia-driver-550.90.07", "kmod-nvidia-open-dkms-550.90.07", "nvidia-fabricmanager-550.90.07-1"]
+    install = ["/usr/bin/dnf", "install", "-y", "--allowerasing", *specs]
+    lock = ["/usr/bin/dnf", "versionlock", "add", *specs]
+    for argv in (unlock, install, lock):
+        commands.on(argv)
+
+    def installed():
+        n.set_driver(NEW)
+        n.set_fm(NEW)
+        commands.on(RPM_Q, rc=1, stdout="nvidia-driver 550.90.07\nkmod-nvidia-open-dkms 550.90.07\nnvidia-fabricmanager 550.90.07\n")
+        commands.on(["/usr/bin/dnf", "versionlock", "list"], stdout="nvidia-driver-3:550.90.07-1.el9.*\nkmod-nvidia-open-dkms-3:550.90.07-1.el9.*\n"
+                    "nvidia-fabricmanager-550.90.07-1.*\n")
+
+    n.hooks[tuple(install)] = installed
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "state_file": str(n.state_file)})
+    assert not result.get("failed"), result
+    read = [RPM_Q, ["/usr/bin/dnf", "versionlock", "list"], SMI_VERSION, FM_VERSION, IS_ACTIVE]
+    assert n.argvs() == [*read, SMI_APPS, *STOP, *UNLOAD, unlock, install, lock, *LOAD, *START, *read]
+    assert result["after"]["driver"]["held"] is True
+
+
+def test_package_unload_refused_means_reboot_required(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout="nvidia-driver-535-open 535.161.08-1 hi \n")
+    commands.on(["/usr/bin/rmmod", "nvidia"], rc=1, stderr="rmmod: ERROR: Module nvidia is in use\n")
+    install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", *APT_OPTS, "nvidia-driver-550-open=550.90.07-1"]
+    commands.on(install)
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-driver-550-open"])
+    n.hooks[tuple(install)] = lambda: commands.on(DPKG_QUERY, stdout="nvidia-driver-550-open 550.90.07-1 hi \n")
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)})
+    assert not result.get("failed"), result
+    assert result["reboot_required"] is True
+    calls = n.argvs()
+    # the three modules that did unload are loaded again, nvidia first
+    assert calls[calls.index(["/usr/bin/rmmod", "nvidia"]) + 1 : calls.index(install)] == [
+        ["/usr/bin/modprobe", m] for m in ("nvidia_uvm", "nvidia_modeset", "nvidia_drm")]
+    assert ["/usr/bin/systemctl", "start", "nvidia-persistenced"] not in calls[calls.index(install):]
+
+
+def test_installer_flags_from_r560():
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_runfile import installer_args
+
+    assert installer_args("570.124.06", "open", True) == ["--silent", "--no-questions", "--kernel-module-type=open", "--dkms"]
+    assert installer_args("560.35.03", "proprietary", False) == ["--silent", "--no-questions", "--kernel-module-type=proprietary", "--no-dkms"]
