@@ -1,0 +1,191 @@
+#!/usr/bin/python
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: validation_report
+short_description: Write the fleet validation report (JSON, Markdown, HTML, JUnit XML) from per-node gpu_validate results
+version_added: 0.1.0
+description:
+  - Collects the C(gpufleet.lifecycle.gpu_validate) result of every node and writes a fleet report that lists, per node, its verdict,
+    the failed and warning checks with observed and expected values, its measurements, and whether it is a straggler.
+  - The JUnit XML form has one test suite per node and one test case per check, for CI systems.
+  - Nodes that were expected but sent no result are listed as unreachable.
+  - Run it on the controller (C(delegate_to: localhost) and C(run_once: true)).
+author:
+  - gpufleet maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.lifecycle.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the report is computed and returned, and no file is written.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - Files are only rewritten when their content changes; with O(generated_at) set to the current time the content always changes.
+options:
+  nodes:
+    description: One entry per node that ran gpu_validate.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Inventory name of the node.
+        type: str
+        required: true
+      result:
+        description: The node's registered C(gpufleet.lifecycle.gpu_validate) result (failed or not).
+        type: dict
+        default: {}
+  stragglers:
+    description: The nodes flagged by the C(gpufleet.lifecycle.stragglers) filter in the same run.
+    type: list
+    elements: dict
+    default: []
+  expected_hosts:
+    description: Every node the validation targeted; those missing from O(nodes) are reported as unreachable.
+    type: list
+    elements: str
+    default: []
+  dest:
+    description: Folder to write the report files to. Created when missing.
+    type: path
+    required: true
+  basename:
+    description: File name of the reports without extension.
+    type: str
+    default: validation-report
+  formats:
+    description: Formats to write; V(junit) is written as C(<basename>.junit.xml).
+    type: list
+    elements: str
+    choices: [json, md, html, junit]
+    default: [json, md, html, junit]
+  title:
+    description: Title of the report.
+    type: str
+    default: GPU fleet validation
+  generated_at:
+    description: Time stamp printed in the report, for example the output of the C(now) Jinja2 function.
+    type: str
+seealso:
+  - module: gpufleet.lifecycle.gpu_validate
+"""
+
+EXAMPLES = r"""
+- name: Write the validation report
+  gpufleet.lifecycle.validation_report:
+    nodes: "{{ ansible_play_hosts_all | map('extract', hostvars) | selectattr('gpu_validate_record', 'defined')
+               | map(attribute='gpu_validate_record') | list }}"
+    stragglers: "{{ gpu_validate_stragglers }}"
+    expected_hosts: "{{ ansible_play_hosts_all }}"
+    dest: reports/
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+report:
+  description: The report (what the JSON file holds).
+  returned: always
+  type: dict
+  contains:
+    totals:
+      description: Node counts by status, unreachable nodes and stragglers.
+      type: dict
+      returned: always
+      sample: {nodes: 16, pass: 13, warn: 1, fail: 1, unreachable: 1, stragglers: 1}
+    nodes:
+      description: Per node, its status, level, failed checks, every check, measurements and straggler flags.
+      type: list
+      elements: dict
+      returned: always
+      sample: [{name: gpu-a-001, status: fail, level: full, failed_checks: [nccl_busbw], stragglers: []}]
+    unreachable:
+      description: Expected nodes without a result.
+      type: list
+      elements: str
+      returned: always
+      sample: [gpu-a-007]
+    stragglers:
+      description: The straggler flags given in O(stragglers).
+      type: list
+      elements: dict
+      returned: always
+      sample: [{name: gpu-a-003, metric: gflops_min, value: 22675.0, median: 41230.0, deficit_pct: 45.0, tolerance_pct: 10.0}]
+files:
+  description: Paths of the report files, by format.
+  returned: always
+  type: dict
+  sample: {json: reports/validation-report.json, md: reports/validation-report.md, html: reports/validation-report.html,
+           junit: reports/validation-report.junit.xml}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_report import EXTENSIONS, RENDERERS, build_report
+
+
+def _write_if_changed(module, path, content):
+    try:
+        with open(path) as handle:
+            if handle.read() == content:
+                return False
+    except OSError:
+        pass
+    if not module.check_mode:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as handle:
+            handle.write(content)
+        module.atomic_move(tmp, path)
+    return True
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nodes=dict(
+                type="list",
+                elements="dict",
+                required=True,
+                options=dict(name=dict(type="str", required=True), result=dict(type="dict", default={})),
+            ),
+            stragglers=dict(type="list", elements="dict", default=[]),
+            expected_hosts=dict(type="list", elements="str", default=[]),
+            dest=dict(type="path", required=True),
+            basename=dict(type="str", default="validation-report"),
+            formats=dict(type="list", elements="str", choices=list(RENDERERS), default=list(RENDERERS)),
+            title=dict(type="str", default="GPU fleet validation"),
+            generated_at=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    for flag in params["stragglers"]:
+        missing = [key for key in ("name", "metric", "value", "median", "deficit_pct", "tolerance_pct") if key not in flag]
+        if missing:
+            module.fail_json(msg="stragglers: an entry lacks {}; pass the output of the gpufleet.lifecycle.stragglers filter".format(", ".join(missing)))
+    report = build_report(params["nodes"], params["expected_hosts"], params["stragglers"], title=params["title"], generated_at=params["generated_at"])
+    dest = params["dest"]
+    if not module.check_mode and not os.path.isdir(dest):
+        os.makedirs(dest)
+    files = {}
+    changed = False
+    for fmt in params["formats"]:
+        path = os.path.join(dest, "{}.{}".format(params["basename"], EXTENSIONS[fmt]))
+        files[fmt] = path
+        changed |= _write_if_changed(module, path, RENDERERS[fmt](report))
+    module.exit_json(changed=changed, report=report, files=files)
+
+
+if __name__ == "__main__":
+    main()
