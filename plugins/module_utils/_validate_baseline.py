@@ -110,14 +110,19 @@ def normalize(baseline):
 
 
 def _match(gpu, candidates):
-    """The baseline entry of the same GPU: by UUID, else PCI bus id, else index."""
+    """The baseline entry of the same GPU: by UUID, else PCI bus id, else index.
+
+    The first key that both sides know decides: a GPU whose UUID is not in the baseline is a new
+    GPU (a replaced board, or another enumeration order), not the baseline's GPU at its index.
+    """
     for key in ("uuid", "pci_bus_id", "index"):
         value = gpu.get(key)
-        if value is None:
+        if value is None or not any(candidate.get(key) is not None for candidate in candidates):
             continue
         for candidate in candidates:
             if candidate.get(key) == value:
                 return candidate
+        return None
     return None
 
 

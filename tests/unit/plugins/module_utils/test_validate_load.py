@@ -1,0 +1,115 @@
+"""gpu_validate tool checks without a module: NVLink parsing (own and real captures), levels, baseline forms."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_baseline as baseline
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_levels as levels
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_load import nccl_argv, parse_nvlink_status
+
+from tests.conftest import REAL, real_params
+
+OWN = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "validate"
+
+
+def test_nvlink_own_fixture_with_an_inactive_link():
+    gpus = parse_nvlink_status((OWN / "nvsmi_nvlink_s_2gpu_gpu1-link1-inactive.txt").read_text())
+    assert [g["index"] for g in gpus] == [0, 1]
+    assert gpus[1]["uuid"] == "GPU-7d1e2f30-4a5b-4c6d-8e9f-a0b1c2d3e4f5"
+    assert [(link["link"], link["up"], link["gbps"]) for link in gpus[1]["links"]] == [(0, True, 26.562), (1, False, None)]
+    assert gpus[1]["links"][1]["raw"] == "<inactive>"
+
+
+@pytest.mark.parametrize("path", real_params("nvidia-smi/nvsmi_nvlink_s_GB200_*"))
+def test_nvlink_real_gb200_capture(path):
+    gpus = parse_nvlink_status(path.read_text())
+    # read from the file: GPU 0 is an NVIDIA GB200 with 18 links at 53.125 GB/s
+    assert gpus[0]["name"] == "NVIDIA GB200"
+    assert gpus[0]["uuid"] == "GPU-d1b93026-6d5b-03bd-3a71-f85b47a61bde"
+    assert len(gpus[0]["links"]) == 18
+    assert {link["gbps"] for link in gpus[0]["links"]} == {53.125}
+    assert all(link["up"] for gpu in gpus for link in gpu["links"])
+
+
+@pytest.mark.parametrize("path", real_params("nvgpuexp_captures/split_h100-mig__590.48.01/*nvlink-s.txt"))
+def test_nvlink_real_mig_capture_is_unsupported_not_down(path):
+    gpus = parse_nvlink_status(path.read_text())
+    assert gpus[0]["links"] == []
+    assert "not supported" in gpus[0]["unsupported"]
+
+
+def test_nvlink_real_a10_capture_has_no_links():
+    path = REAL / "nvidia-smi" / "nvsmi_nvlink_s_A10_gpud.txt"
+    if not path.exists():
+        pytest.skip("../shared/fixtures/real is absent")
+    assert parse_nvlink_status(path.read_text()) == []
+
+
+def test_levels_include_each_other_and_document_their_checks():
+    quick = levels.checks_for_level("quick")
+    standard = levels.checks_for_level("standard")
+    full = levels.checks_for_level("full")
+    assert quick == ["gpu_count", "driver_version", "fabricmanager", "xid", "ecc", "temperature", "clocks_event_reasons", "pcie_link", "nvlink"]
+    assert standard == [*quick, "cuda_smoke", "dcgm_diag"]
+    assert full == [*standard, "nccl_busbw", "gpu_burn"]
+
+
+def test_select_checks_overrides_level_keeps_run_order_and_refuses_unknown_names():
+    assert levels.select_checks("quick", checks=["gpu_burn", "xid"]) == ["xid", "gpu_burn"]
+    assert levels.select_checks("full", skip_checks=["gpu_burn", "nccl_busbw", "dcgm_diag"])[-1] == "cuda_smoke"
+    with pytest.raises(ValueError, match="unknown check burn"):
+        levels.select_checks("quick", checks=["burn"])
+    with pytest.raises(ValueError, match="unknown level"):
+        levels.checks_for_level("extreme")
+
+
+def test_nccl_default_arguments_use_every_gpu():
+    assert nccl_argv({}, 8) == ["-b", "1G", "-e", "8G", "-f", "2", "-g", "8"]
+    assert nccl_argv({"nccl_args": ["-b", "8", "-e", "128M"]}, 8) == ["-b", "8", "-e", "128M"]
+
+
+FACTS = {
+    "boot_id": "boot-1",
+    "driver": {"version": "550.90.07"},
+    "gpus": [{"index": 0, "uuid": "GPU-a", "pci_bus_id": "00000000:18:00.0", "ecc": {"volatile_dbe": 0, "aggregate_dbe": 2},
+              "remapped_rows": {"uncorrectable": 1}, "retired_pages": None}],
+    "xid": {"counts": {"13": 2}},
+}
+
+
+@pytest.mark.parametrize("form", [
+    pytest.param({"ansible_facts": {"gpufleet": FACTS}, "changed": False}, id="registered-gpu_facts"),
+    pytest.param({"gpufleet": FACTS}, id="ansible_facts"),
+    pytest.param(FACTS, id="facts"),
+    pytest.param({"snapshot": baseline.snapshot(FACTS), "measurements": {"busbw_gbps": 350.5}, "status": "pass"}, id="gpu_validate-result"),
+])
+def test_baseline_forms_reduce_to_the_same_snapshot(form):
+    found = baseline.normalize(form)
+    assert found["boot_id"] == "boot-1"
+    assert found["xid_counts"] == {13: 2}
+    assert found["gpus"][0]["aggregate_dbe"] == 2
+    assert found["gpus"][0]["remapped_uncorrectable"] == 1
+
+
+def test_baseline_from_a_result_carries_bandwidth_and_floor():
+    found = baseline.normalize({"snapshot": baseline.snapshot(FACTS), "measurements": {"busbw_gbps": 400.0}})
+    assert baseline.busbw_floor(found, 10) == 360.0
+    assert baseline.busbw_floor(baseline.normalize(FACTS), 10) is None
+
+
+def test_baseline_refuses_other_dicts_and_accepts_none():
+    assert baseline.normalize(None) is None
+    assert baseline.normalize({}) is None
+    with pytest.raises(baseline.BaselineError, match="keys seen: rc, stdout"):
+        baseline.normalize({"rc": 0, "stdout": ""})
+
+
+def test_ecc_growth_matches_gpus_by_uuid_not_position():
+    before = baseline.snapshot(FACTS)
+    after_facts = {"gpus": [
+        {"index": 0, "uuid": "GPU-b", "ecc": {"aggregate_dbe": 9}},  # another GPU now enumerates first
+        {"index": 1, "uuid": "GPU-a", "ecc": {"aggregate_dbe": 2}, "remapped_rows": {"uncorrectable": 1}},
+    ]}
+    assert baseline.ecc_growth(baseline.snapshot(after_facts), before) == []
