@@ -36,7 +36,7 @@ def version_key(version):
 
 def branch(version):
     """``"550.90.07"`` -> ``"550"``."""
-    return str(version).split(".")[0]
+    return str(version).split(".", maxsplit=1)[0]
 
 
 def parse_checksum(checksum):

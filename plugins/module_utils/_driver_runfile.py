@@ -31,7 +31,7 @@ def sha256_of(path):
 def installer_args(version, kernel_module, dkms, kernel_source_path=None):
     """The nvidia-installer flags: unattended, module type, DKMS, kernel sources."""
     args = ["--silent", "--no-questions"]
-    if int(version.split(".")[0]) >= MODULE_TYPE_FLAG_SINCE:
+    if int(version.split(".", maxsplit=1)[0]) >= MODULE_TYPE_FLAG_SINCE:
         args.append("--kernel-module-type=" + kernel_module)
     else:
         args.append("-m=" + ("kernel-open" if kernel_module == "open" else "kernel"))
