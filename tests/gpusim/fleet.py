@@ -138,6 +138,7 @@ def _prepare_node(workdir: Path, fleet: spec_mod.Fleet, index: int, binds: dict[
     st.save(nd, st.new_node_state(plan.spec))
     node.write_wrappers(nd, sys.executable, str(TESTS_DIR))
     node.make_host_key(nd, plan.name)
+    node.write_shell_files(nd)
     (nd / "ssh" / "sshd_config").write_text(node.sshd_config(
         name=plan.name, address=plan.address, port=fleet.ssh_port, node_dir=nd,
         authorized_keys=workdir / "ssh" / "authorized_keys", slurm_conf=slurm_conf))

@@ -69,6 +69,25 @@ def write_wrappers(node_dir: Path, python: str, tests_dir: str) -> None:
         path.chmod(0o755)
 
 
+# root's shell start-up files on the controller (pyenv, cargo...) are not the node's: a node has
+# Debian's plain ones. A host rc file that takes a lock (pyenv rehash) would also be killed
+# mid-way by a simulated reboot and leave the lock behind.
+SHELL_FILES = {
+    ".bashrc": "# ~/.bashrc of a simulated node\nexport PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+    ".profile": "# ~/.profile of a simulated node\nif [ -n \"$BASH\" ] && [ -f ~/.bashrc ]; then . ~/.bashrc; fi\n",
+    ".bash_profile": "# ~/.bash_profile of a simulated node\nif [ -f ~/.profile ]; then . ~/.profile; fi\n",
+    ".bash_login": "# ~/.bash_login of a simulated node\nif [ -f ~/.profile ]; then . ~/.profile; fi\n",
+}
+ROOT_HOME = "/root"
+
+
+def write_shell_files(node_dir: Path) -> None:
+    home = node_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    for name, text in SHELL_FILES.items():
+        (home / name).write_text(text)
+
+
 def bind_targets() -> dict[str, str]:
     """Host paths to cover with a node's wrapper inside its namespace: {real path: tool name}."""
     targets: dict[str, str] = {}
@@ -138,6 +157,9 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
     ]
     for real, tool in binds.items():
         lines.append(f"mount --bind {q(str(wrapper_path(node_dir, tool)))} {q(real)}")
+    for rc_file in SHELL_FILES:
+        target = f"{ROOT_HOME}/{rc_file}"
+        lines.append(f"if [ -f {target} ]; then mount --bind {nd}/home/{rc_file} {target}; fi")
     lines += [
         f"hostname {q(name)}",
         f"readlink /proc/self/ns/mnt > {nd}/mntns.tmp && mv {nd}/mntns.tmp {nd}/mntns",
