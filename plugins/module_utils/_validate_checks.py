@@ -136,11 +136,8 @@ def check_fabricmanager(ctx):
         return check_result(name, FAIL, observed, expected, f"nv-fabricmanager is not installed: install nvidia-fabricmanager {expected_version}")
     problems = []
     if fm.get("version") != expected_version:
-        problems.append(
-            "fabric manager {} does not match {} {}: install nvidia-fabricmanager {}".format(
-                fm.get("version"), "the expected version" if explicit else "the driver", expected_version, expected_version
-            )
-        )
+        against = "the expected version" if explicit else "the driver"
+        problems.append(f"fabric manager {fm.get('version')} does not match {against} {expected_version}: install nvidia-fabricmanager {expected_version}")
     if fm.get("state") != "active":
         problems.append(f"nvidia-fabricmanager is {fm.get('state') or 'not running'}: on NVSwitch systems CUDA cannot use the GPUs without it")
     if problems:

@@ -245,7 +245,7 @@ checks:
       description: What the node showed (a number, a string, or a small dict or list).
       type: raw
       returned: always
-      sample: {critical: {79: 1}, counts: {79: 1}}
+      sample: {critical: {"79": 1}, counts: {"79": 1}}
     expected:
       description: What passes.
       type: raw

@@ -14,7 +14,7 @@ description:
     the failed and warning checks with observed and expected values, its measurements, and whether it is a straggler.
   - The JUnit XML form has one test suite per node and one test case per check, for CI systems.
   - Nodes that were expected but sent no result are listed as unreachable.
-  - Run it on the controller (C(delegate_to: localhost) and C(run_once: true)).
+  - Run it on the controller, with C(delegate_to=localhost) and C(run_once=true).
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:

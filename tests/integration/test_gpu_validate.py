@@ -1,0 +1,195 @@
+"""gpu_validate on simulated nodes: healthy nodes pass at each level; each injected fault fails exactly its check.
+
+Brings up tests/fixtures/validate/fleet-validate-9.yml with gpusim (root, sshd, namespaces), runs
+playbooks that call gpufleet.lifecycle.gpu_validate over SSH and save each node's result on the
+controller, and asserts on the saved results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SPEC = ROOT / "tests" / "fixtures" / "validate" / "fleet-validate-9.yml"
+NODES = [f"val-{i:02d}" for i in range(1, 10)]
+DRIVER = "570.124.06"
+
+pytestmark = pytest.mark.integration
+
+# node -> (fault kind, params) injected after the baseline run
+FAULTS = {
+    "val-01": ("gpu_missing", {}),
+    "val-02": ("xid79", {"gpu": 3}),
+    "val-03": ("ecc_dbe", {"gpu": 2, "count": 2}),
+    "val-04": ("fm_mismatch", {}),
+    "val-05": ("dcgm_fail", {}),
+    "val-06": ("nccl_low", {}),
+    "val-07": ("thermal_slowdown", {"gpu": 5}),
+    # val-08 stays healthy
+    "val-09": ("fm_inactive", {}),
+}
+# what the quick level must fail on each node, exactly
+QUICK_FAILS = {
+    "val-01": ["gpu_count"],
+    # Xid 79: the GPU fell off the bus, so nvidia-smi also reports a lost GPU
+    "val-02": ["gpu_count", "xid"],
+    "val-03": ["ecc"],
+    "val-04": ["fabricmanager"],
+    "val-05": [],
+    "val-06": [],
+    # a thermal straggler is hot and its clocks are slowed down
+    "val-07": ["temperature", "clocks_event_reasons"],
+    "val-08": [],
+    "val-09": ["fabricmanager"],
+}
+FULL_NODES = ["val-05", "val-06", "val-07", "val-08"]
+FULL_FAILS = {"val-05": ["dcgm_diag"], "val-06": ["nccl_busbw"], "val-07": ["temperature", "clocks_event_reasons"], "val-08": []}
+
+PLAYBOOK = """
+- name: gpu_validate on the simulated fleet
+  hosts: "{{ targets }}"
+  gather_facts: false
+  tasks:
+    - name: Validate
+      gpufleet.lifecycle.gpu_validate:
+        level: "{{ level }}"
+        expected_gpu_count: 8
+        expected_driver_version: "@DRIVER@"
+        nccl_min_busbw_gbps: 300
+        burn_seconds: 5
+        baseline: "{{ lookup('ansible.builtin.file', out ~ '/baseline-' ~ inventory_hostname ~ '.json') | from_json
+                      if use_baseline | bool else omit }}"
+        fail_on: never
+      register: result
+    - name: Flag stragglers
+      ansible.builtin.set_fact:
+        flags: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'result'))) | gpufleet.lifecycle.stragglers }}"
+      run_once: true
+    - name: Save the result on the controller
+      ansible.builtin.copy:
+        content: "{{ {'result': result, 'stragglers': flags} | to_json }}"
+        dest: "{{ out }}/{{ prefix }}-{{ inventory_hostname }}.json"
+        mode: "0644"
+      delegate_to: localhost
+""".replace("@DRIVER@", DRIVER)
+
+
+def _gpusim(*args, check=True):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    return subprocess.run([sys.executable, "-m", "gpusim", *args], cwd=ROOT / "tests", env=env, check=check, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    if os.geteuid() != 0 or (not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd")):
+        pytest.skip("the simulated fleet needs root and sshd (tests/gpusim/install-deps.sh)")
+    workdir = tmp_path_factory.mktemp("gpusim-validate")
+    fleetdir = workdir / "fleet"
+    _gpusim("up", "--spec", str(SPEC), "--workdir", str(fleetdir))
+    out = workdir / "out"
+    out.mkdir()
+    (workdir / "validate.yml").write_text(PLAYBOOK)
+    try:
+        yield {"dir": fleetdir, "inventory": fleetdir / "inventory" / "hosts.yml", "playbook": workdir / "validate.yml", "out": out}
+    finally:
+        _gpusim("down", "--workdir", str(fleetdir), check=False)
+
+
+def run(fleet, prefix, level, targets, use_baseline=False):
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=f"{ROOT / '.collections'}:{ROOT / '.venv/lib/python3.11/site-packages'}",
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_FORKS="10",
+    )
+    extra = {"targets": ",".join(targets), "level": level, "out": str(fleet["out"]), "prefix": prefix, "use_baseline": use_baseline}
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(fleet["inventory"]), str(fleet["playbook"]), "-e", json.dumps(extra)],
+        check=False, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    saved = {}
+    for node in targets:
+        saved[node] = json.loads((fleet["out"] / f"{prefix}-{node}.json").read_text())
+    return saved
+
+
+def failed(saved):
+    return {node: [c["name"] for c in data["result"]["checks"] if c["status"] == "fail"] for node, data in saved.items()}
+
+
+@pytest.fixture(scope="module")
+def healthy(fleet):
+    """Every level on the healthy fleet; the quick results become each node's baseline."""
+    results = {level: run(fleet, f"healthy-{level}", level, NODES if level != "full" else FULL_NODES) for level in ("quick", "standard", "full")}
+    for node, data in results["quick"].items():
+        (fleet["out"] / f"baseline-{node}.json").write_text(json.dumps(data["result"]))
+    return results
+
+
+@pytest.mark.parametrize("level", ["quick", "standard", "full"])
+def test_healthy_nodes_pass_at_each_level(healthy, level):
+    for node, data in healthy[level].items():
+        result = data["result"]
+        assert result["status"] == "pass", (node, [c for c in result["checks"] if c["status"] != "pass"])
+        assert result["level"] == level
+    assert healthy["full"]["val-08"]["result"]["measurements"]["busbw_gbps"] > 300
+    assert healthy["full"]["val-08"]["stragglers"] == []
+
+
+@pytest.fixture(scope="module")
+def faulty(fleet, healthy):
+    for node, (kind, params) in FAULTS.items():
+        _gpusim("fault", "--workdir", str(fleet["dir"]), node, kind, *[f"{k}={v}" for k, v in params.items()])
+    return {
+        "quick": run(fleet, "faulty-quick", "quick", NODES, use_baseline=True),
+        "full": run(fleet, "faulty-full", "full", FULL_NODES, use_baseline=True),
+    }
+
+
+def test_each_fact_fault_fails_exactly_its_check(faulty):
+    assert failed(faulty["quick"]) == QUICK_FAILS
+
+
+def test_each_load_fault_fails_exactly_its_check(faulty):
+    assert failed(faulty["full"]) == FULL_FAILS
+
+
+def checks_of(saved, node):
+    return {c["name"]: c for c in saved[node]["result"]["checks"]}
+
+
+def test_fault_observed_and_expected_values(faulty):
+    quick, full = faulty["quick"], faulty["full"]
+    missing = checks_of(quick, "val-01")["gpu_count"]
+    assert (missing["observed"]["gpu_count"], missing["expected"]) == (7, 8)
+    xid = checks_of(quick, "val-02")["xid"]
+    assert xid["observed"]["critical"] == {"79": 1}
+    assert "Xid 79 (GPU has fallen off the bus)" in xid["message"]
+    ecc = checks_of(quick, "val-03")["ecc"]
+    problems = {(p["gpu"], p["problem"]) for p in ecc["observed"]}
+    assert {(2, "volatile_dbe"), (2, "remap_pending"), (2, "aggregate_dbe_growth")} <= problems
+    mismatch = checks_of(quick, "val-04")["fabricmanager"]
+    assert mismatch["expected"] == {"version": DRIVER, "state": "active"}
+    assert mismatch["observed"]["version"] != DRIVER
+    down = checks_of(quick, "val-09")["fabricmanager"]
+    assert down["observed"] == {"version": DRIVER, "state": "inactive"}
+    dcgm = checks_of(full, "val-05")["dcgm_diag"]
+    assert dcgm["observed"]["result"] == "fail" and dcgm["expected"] == {"result": "pass", "level": 3}
+    nccl = checks_of(full, "val-06")["nccl_busbw"]
+    assert nccl["observed"]["busbw_gbps"] < 300 <= checks_of(full, "val-08")["nccl_busbw"]["observed"]["busbw_gbps"]
+    assert nccl["expected"]["min_busbw_gbps"] == 300
+    clocks = checks_of(quick, "val-07")["clocks_event_reasons"]
+    assert set(clocks["observed"]["slowdown"]["5"]) >= {"hw_thermal"}
+
+
+def test_thermal_straggler_and_low_bandwidth_are_flagged(faulty):
+    flags = faulty["full"]["val-08"]["stragglers"]
+    assert {(f["name"], f["metric"]) for f in flags} == {("val-07", "gflops_min"), ("val-06", "busbw_gbps")}
