@@ -161,8 +161,12 @@ class GpuFactsCollector:
         if smi.available:
             driver["installed"] = True
             rc, out, err = smi.run(["-q", "-x"], ok_rcs=None)
-            if rc == 0:
-                smi_facts["nvidia_smi"] = "ok"
+            # With a GPU fallen off the bus nvidia-smi exits 15 and still reports the healthy GPUs.
+            lost_but_answering = rc == NvidiaSmi.RC_GPU_LOST and "<nvidia_smi_log" in out
+            if rc == 0 or lost_but_answering:
+                smi_facts["nvidia_smi"] = "gpu_lost" if lost_but_answering else "ok"
+                if lost_but_answering:
+                    smi_facts["nvidia_smi_message"] = err.strip()
                 try:
                     parsed = nvsmi_parser.parse_xml(out)
                 except ParseError as exc:
@@ -183,7 +187,7 @@ class GpuFactsCollector:
                 if not driver["version"]:
                     driver["version"] = parsed.get("driver_version")
                     driver["loaded"] = True
-                elif parsed.get("driver_version") and parsed["driver_version"] != driver["version"]:
+                elif parsed.get("driver_version") and parsed["driver_version"] != driver["version"] and not lost_but_answering:
                     smi_facts["nvidia_smi"] = "version_mismatch"
             elif rc in (NvidiaSmi.RC_NO_DRIVER, NvidiaSmi.RC_NO_DEVICE, NvidiaSmi.RC_GPU_LOST):
                 smi_facts["nvidia_smi"] = {NvidiaSmi.RC_NO_DRIVER: "no_driver", NvidiaSmi.RC_NO_DEVICE: "no_devices", NvidiaSmi.RC_GPU_LOST: "gpu_lost"}[rc]

@@ -212,3 +212,20 @@ def test_real_nvidia_smi_xml_gives_one_fact_per_gpu(commands, node, run_module, 
     assert facts["gpu_count"] == text.count("<gpu id=")
     assert facts["cuda_version"] == re.search(r"<cuda_version>([^<]+)<", text).group(1)
     assert [gpu["uuid"] for gpu in facts["gpus"]] == re.findall(r"<uuid>([^<]+)</uuid>", text)
+
+
+def test_gpu_fallen_off_the_bus_keeps_the_healthy_gpus(commands, node, run_module):
+    full_node(commands, node)
+    xml = fixture("nvsmi_qx_2xH100_550.90.07.xml")
+    first_gpu_only = xml[: xml.index('\t<gpu id="00000000:2A:00.0">')] + "</nvidia_smi_log>\n"
+    commands.on(
+        [commands.binaries["nvidia-smi"], "-q", "-x"],
+        rc=15,
+        stdout=first_gpu_only,
+        stderr="Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error\n",
+    )
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus"]})["ansible_facts"]["gpufleet"]
+    assert facts["nvidia_smi"] == "gpu_lost"
+    assert "2A:00.0" in facts["nvidia_smi_message"]
+    assert facts["gpu_count"] == 1 and facts["pci_gpu_count"] == 2
+    assert facts["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
