@@ -24,6 +24,10 @@ STATUS_MISSING = "missing"
 STATUS_UNKNOWN = "unknown"
 
 
+# Sections that may be given as a bare version string.
+_VERSION_SHORTHAND = ("driver", "fabricmanager", "gpu_firmware")
+
+
 class BomError(ValueError):
     """A BOM that cannot be used (wrong type, missing version)."""
 
@@ -32,6 +36,8 @@ def _section(bom, name):
     value = bom.get(name)
     if value is None:
         return {}
+    if isinstance(value, str) and name in _VERSION_SHORTHAND:
+        return {"version": value}  # "fabricmanager: 550.90.07" is short for {version: 550.90.07}
     if not isinstance(value, dict):
         raise BomError(f"BOM section '{name}' must be a mapping, got {type(value).__name__}")
     return value

@@ -86,7 +86,7 @@ def test_only_unknown_items_make_an_unknown_node():
     ("bom", "message"),
     [
         ([], "must be a mapping"),
-        ({"driver": "550.90.07"}, "section 'driver' must be a mapping"),
+        ({"driver": ["550.90.07"]}, "section 'driver' must be a mapping"),
         ({"driver": {"kernel_module": "open"}}, "has no 'version'"),
         ({"driver": {"version": "550.90.07", "kernel_module": "closed"}}, "'open' or 'proprietary'"),
         ({"nic_firmware": {"MT_0000000838": 28}}, "nic_firmware\\[MT_0000000838\\]"),
@@ -105,3 +105,10 @@ def test_mixed_versions_within_sku():
     ]
     mixed = sku_mixed_versions(nodes)
     assert mixed == {"hgx": {"nic_firmware[MT_0000000838]": {"28.39.1002": ["a2"], "28.43.1014": ["a1"]}}}
+
+
+def test_bare_version_strings_are_short_for_version_mappings():
+    bom = dict(BOM, driver="550.90.07", fabricmanager="550.90.07")
+    items = by_component(node_drift(facts(fm="535.161.08"), bom))
+    assert items["driver"]["status"] == "ok"
+    assert items["fabricmanager"] == {"component": "fabricmanager", "installed": "535.161.08", "wanted": "550.90.07", "status": "drift"}

@@ -65,7 +65,7 @@ def test_check_mode_writes_nothing(tmp_path, run_module):
 
 def test_bad_bom_fails_and_writes_nothing(tmp_path, run_module):
     bad = record("gpu-001")
-    bad["bom"] = {"driver": "550.90.07"}
+    bad["bom"] = {"driver": ["550.90.07"]}
     result = run_module(fleet_report.main, args(tmp_path, nodes=[bad]))
     assert result["failed"] is True
     assert "gpufleet_bom" in result["msg"] and "section 'driver' must be a mapping" in result["msg"]
