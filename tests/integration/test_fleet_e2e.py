@@ -1,0 +1,184 @@
+"""End to end: the 8-node simulated fleet with real sshd, Ansible and Slurm.
+
+Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
+    .venv/bin/python -m pytest tests/integration/test_fleet_e2e.py -m integration -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from gpusim import node as gnode  # noqa: E402
+
+SPEC = TESTS / "gpusim" / "specs" / "e2e-8.yml"
+NODES = ["h100-01", "h100-02", "h100-03", "h100-04", "h200-01", "h200-02", "h200-03", "h200-04"]
+PYTHON = REPO / ".venv" / "bin" / "python"
+ANSIBLE = REPO / ".venv" / "bin" / "ansible"
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated fleet needs root (namespaces, bind mounts, sshd)"),
+    pytest.mark.skipif(
+        not all(os.path.exists(f"/usr/sbin/{tool}") for tool in ("sshd", "slurmctld", "slurmd", "munged")),
+        reason="sshd/slurmctld/slurmd/munged missing: run tests/gpusim/install-deps.sh",
+    ),
+]
+
+
+def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    return subprocess.run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+class Fleet:
+    def __init__(self, workdir: pathlib.Path):
+        self.workdir = workdir
+        self.record = json.loads((workdir / "fleet.json").read_text())
+        self.address = {r["name"]: r["address"] for r in self.record["nodes"]}
+        self.inventory = workdir / "inventory" / "hosts.yml"
+        self.slurm_env = dict(os.environ, SLURM_CONF=str(workdir / "slurm" / "etc" / "slurm.conf"))
+
+    def ssh(self, name: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["ssh", "-i", str(self.workdir / "ssh" / "id_ed25519"), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", str(self.record["ssh_port"]), f"root@{self.address[name]}", command],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+    def ansible(self, pattern: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+        return subprocess.run([str(ANSIBLE), pattern, "-i", str(self.inventory), *args], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def slurm_state(self, name: str, via: str = "h100-02") -> tuple[str, str]:
+        """(scontrol State=..., sinfo %T) of a node, asked from inside another node over SSH."""
+        done = self.ssh(via, f"scontrol show node {name}; echo SINFO $(sinfo -h -N -n {name} -o %T)")
+        assert done.returncode == 0, done.stderr
+        state = next(w.split("=", 1)[1] for w in done.stdout.split() if w.startswith("State="))
+        sinfo = done.stdout.rsplit("SINFO", 1)[1].strip()
+        return state, sinfo
+
+    def wait_state(self, name: str, accept, timeout: float = 60) -> tuple[str, str]:
+        deadline = time.monotonic() + timeout
+        seen = None
+        while time.monotonic() < deadline:
+            seen = self.slurm_state(name)
+            if accept(*seen):
+                return seen
+            time.sleep(0.5)
+        pytest.fail(f"{name}: Slurm state stayed {seen}")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("gpusim") / "fleet"
+    done = gpusim("up", "--spec", str(SPEC), workdir=workdir)
+    try:
+        assert done.returncode == 0, f"gpusim up failed:\n{done.stdout}\n{done.stderr}"
+        yield Fleet(workdir)
+    finally:
+        if workdir.exists():
+            gpusim("down", workdir=workdir)
+
+
+def test_ansible_ping_every_node(fleet):
+    done = fleet.ansible("all", "-m", "ansible.builtin.ping", "-f", "8")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in NODES:
+        assert f"{name} | SUCCESS" in done.stdout
+
+
+def test_each_node_has_its_own_hostname_driver_and_tools(fleet):
+    for name in NODES:
+        done = fleet.ssh(name, "hostname; command -v nvidia-smi; cat /proc/driver/nvidia/version")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == name
+        assert lines[1] == "/usr/local/bin/nvidia-smi"
+        assert ("550.90.07" if name == "h100-04" else "570.124.06") in lines[2]
+
+
+def test_inventory_groups_by_sku_with_bom(fleet):
+    done = fleet.ansible("hgx_h200", "-m", "ansible.builtin.debug", "-a", "var=gpufleet_bom.nic_firmware")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("MT_0000000834") == 4
+    assert "h100-01" not in done.stdout
+
+
+def test_ansible_reboot_changes_boot_id(fleet):
+    before = fleet.ssh("h100-03", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    other_before = fleet.ssh("h100-02", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert len(before) == 36
+    done = fleet.ansible("h100-03", "-m", "ansible.builtin.reboot")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"rebooted": true' in done.stdout
+    after = fleet.ssh("h100-03", "cat /proc/sys/kernel/random/boot_id; hostname").stdout.split()
+    assert after[0] != before
+    assert after[1] == "h100-03"
+    assert fleet.ssh("h100-02", "cat /proc/sys/kernel/random/boot_id").stdout.strip() == other_before
+    status = json.loads(gpusim("status", "--json", workdir=fleet.workdir).stdout)
+    row = next(r for r in status if r["name"] == "h100-03")
+    assert row["power"] == "up"
+    assert row["boot_id"] == after[0]
+
+
+def test_drain_and_resume_a_node_with_a_running_job(fleet):
+    state, sinfo = fleet.wait_state("h100-01", lambda s, i: s == "MIXED")  # the spec's sleep job
+    done = fleet.ssh("h100-02", "scontrol update nodename=h100-01 state=drain reason=gpusim-e2e")
+    assert done.returncode == 0, done.stderr
+    state, sinfo = fleet.slurm_state("h100-01")
+    assert state == "MIXED+DRAIN"
+    assert sinfo == "draining"
+
+    fleet.ssh("h100-02", "scontrol update nodename=h100-01 state=resume")
+    fleet.wait_state("h100-01", lambda s, i: s == "MIXED" and i == "mixed")
+
+    fleet.ssh("h100-02", "scontrol update nodename=h100-01 state=drain reason=gpusim-e2e")
+    done = fleet.ssh("h100-01", "scancel -w h100-01")
+    assert done.returncode == 0, done.stderr
+    state, sinfo = fleet.wait_state("h100-01", lambda s, i: i == "drained")
+    assert state == "IDLE+DRAIN"
+
+    fleet.ssh("h100-02", "scontrol update nodename=h100-01 state=resume")
+    fleet.wait_state("h100-01", lambda s, i: s == "IDLE" and i == "idle")
+
+
+def test_down_leaves_nothing_behind(fleet):
+    table = gnode.namespace_table()
+    pids = [pid for name in NODES for pid in gnode.processes(fleet.workdir / "nodes" / name, table)]
+    assert pids, "the fleet's node processes were not found"
+    done = gpusim("down", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not fleet.workdir.exists()
+    marker = str(fleet.workdir).encode()
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        assert marker not in cmdline, f"process {entry.name} left: {cmdline!r}"
+    for pid in pids:
+        assert not pathlib.Path(f"/proc/{pid}/cmdline").exists() or not pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    with open("/proc/self/mountinfo") as fh:
+        assert not [line for line in fh if str(fleet.workdir) in line]
+    for name in NODES:
+        with socket.socket() as sock:
+            sock.settimeout(2)
+            assert sock.connect_ex((fleet.address[name], fleet.record["ssh_port"])) != 0, f"{name}'s sshd still listens"
