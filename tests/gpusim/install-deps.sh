@@ -29,9 +29,16 @@ if [ -n "$missing" ]; then
         chmod 755 "$policy"
         made_policy=1
     fi
-    apt-get update -qq >/dev/null
+    log=$(mktemp)
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "install-deps.sh: installing$missing failed" >&2
+        rm -f "$log"
+        [ "$made_policy" = 0 ] || rm -f "$policy"
+        exit 1
+    fi
+    rm -f "$log"
     if [ "$made_policy" = 1 ]; then
         rm -f "$policy"
     fi
