@@ -108,7 +108,7 @@ def test_query_csv_header_matches_real_capture(make_node):
               "temperature.gpu", "pstate", "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending"]
     header = node.run("nvidia-smi", f"--query-gpu={','.join(wanted)}", "--format=csv").stdout.splitlines()[0]
     for col in header.split(", "):
-        name, _, unit = col.partition(" [")
+        name, _sep, unit = col.partition(" [")
         assert real_header[name] == unit, col
 
 

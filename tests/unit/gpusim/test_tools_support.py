@@ -57,7 +57,6 @@ class SimNode:
         state.update(self.dir, lambda s: state.apply_fault(s, kind, **params))
 
 
-
 def node_factory(tmp_path: Path):
     """make_node(**spec) -> SimNode: a simulated node folder with its state (spec overrides BASE_SPEC)."""
     count = {"n": 0}
