@@ -1,4 +1,4 @@
-"""The gpusim command line: up, down, status, fault, power-on."""
+"""The gpusim command line: up, down, status, fault, clear-faults, power-on."""
 
 from __future__ import annotations
 
@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmd.add_argument("kind", help="a fault kind (gpusim.state.FAULT_KINDS)")
     cmd.add_argument("params", nargs="*", metavar="key=value", help="fault parameters (values read as YAML scalars)")
     cmd.set_defaults(func=_fault)
+
+    cmd = add("clear-faults", "remove a node's standing and pending faults (all, or one kind)")
+    cmd.add_argument("node")
+    cmd.add_argument("kind", nargs="?", default=None)
+    cmd.set_defaults(func=lambda a: fleet.clear_faults(a.workdir, a.node, a.kind) and 0)
 
     cmd = add("power-on", "start a node that is down (powered off or did not come back)")
     cmd.add_argument("node")

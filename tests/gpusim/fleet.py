@@ -352,6 +352,13 @@ def fault(workdir: Path, name: str, kind: str, params: dict[str, Any]) -> dict[s
     return st.update(Path(record["node_dir"]), lambda s: st.apply_fault(s, kind, **params))
 
 
+def clear_faults(workdir: Path, name: str, kind: str | None = None) -> dict[str, Any]:
+    workdir = Path(workdir).resolve()
+    record = node_record(workdir, name)
+    st = _state()
+    return st.update(Path(record["node_dir"]), lambda s: st.clear_faults(s, kind))
+
+
 def power_on(workdir: Path, name: str) -> None:
     """Start a node that is down (powered off, or did not come back), as a power button would."""
     workdir = Path(workdir).resolve()

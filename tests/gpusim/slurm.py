@@ -85,7 +85,7 @@ def config(fleet: Fleet, workdir: Path) -> str:
         "ReturnToService=2",
         f"RebootProgram={paths.reboot_program}",
         "ResumeTimeout=600",
-        "SlurmdTimeout=300",
+        "SlurmdTimeout=60",  # a node down longer than this shows as not responding (down*)
         "SlurmctldTimeout=30",
         "MessageTimeout=10",
         "InactiveLimit=0",

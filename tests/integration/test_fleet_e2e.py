@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -38,10 +39,21 @@ pytestmark = [
 ]
 
 
+def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers)."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s:\n{out}\n{err}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(TESTS))
-    return subprocess.run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, timeout=timeout)
 
 
 class Fleet:
@@ -62,8 +74,7 @@ class Fleet:
     def ansible(self, pattern: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
                    ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-        return subprocess.run([str(ANSIBLE), pattern, "-i", str(self.inventory), *args], env=env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return run([str(ANSIBLE), pattern, "-i", str(self.inventory), *args], env=env, timeout=timeout)
 
     def slurm_state(self, name: str, via: str = "h100-02") -> tuple[str, str]:
         """(scontrol State=..., sinfo %T) of a node, asked from inside another node over SSH."""
@@ -124,7 +135,7 @@ def test_ansible_reboot_changes_boot_id(fleet):
     before = fleet.ssh("h100-03", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
     other_before = fleet.ssh("h100-02", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
     assert len(before) == 36
-    done = fleet.ansible("h100-03", "-m", "ansible.builtin.reboot")
+    done = fleet.ansible("h100-03", "-m", "ansible.builtin.reboot", "-a", "reboot_timeout=60", timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"rebooted": true' in done.stdout
     after = fleet.ssh("h100-03", "cat /proc/sys/kernel/random/boot_id; hostname").stdout.split()
@@ -156,6 +167,29 @@ def test_drain_and_resume_a_node_with_a_running_job(fleet):
 
     fleet.ssh("h100-02", "scontrol update nodename=h100-01 state=resume")
     fleet.wait_state("h100-01", lambda s, i: s == "IDLE" and i == "idle")
+
+
+def test_node_that_does_not_come_back_and_power_on(fleet):
+    done = gpusim("fault", "h200-02", "no_return", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stderr
+    assert fleet.ssh("h200-02", "shutdown -r now").returncode in (0, 255)  # 255: the session died with the node
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = {r["name"]: r for r in json.loads(gpusim("status", "--json", workdir=fleet.workdir).stdout)}
+        if status["h200-02"]["power"] == "down" and "does not come back" in (fleet.workdir / "supervisor.log").read_text():
+            break
+        time.sleep(0.5)
+    assert status["h200-02"]["power"] == "down"
+    assert status["h200-01"]["power"] == "up"
+    assert fleet.ssh("h200-02", "true", timeout=20).returncode == 255
+
+    refused = gpusim("power-on", "h200-02", workdir=fleet.workdir)
+    assert refused.returncode == 2
+    assert "does not come back" in refused.stderr
+    assert gpusim("clear-faults", "h200-02", workdir=fleet.workdir).returncode == 0
+    done = gpusim("power-on", "h200-02", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stderr
+    assert fleet.ssh("h200-02", "hostname").stdout.strip() == "h200-02"
 
 
 def test_down_leaves_nothing_behind(fleet):
