@@ -106,7 +106,8 @@ def _inventory(fleet: spec_mod.Fleet, workdir: Path) -> Path:
                 "gpusim_fleet": fleet.name,
                 "gpusim_workdir": str(workdir),
             },
-            "children": groups,
+            # Every SKU group sits under gpu_nodes, the group the playbooks target by default.
+            "children": {"gpu_nodes": {"children": groups}},
         }
     }
     header = f"# Simulated fleet {fleet.name} from {fleet.source} (written by gpusim up; removed by gpusim down)\n"

@@ -114,6 +114,37 @@ def test_ansible_ping_every_node(fleet):
         assert f"{name} | SUCCESS" in done.stdout
 
 
+def test_audit_reports_the_drift_the_spec_declares(fleet, tmp_path):
+    """playbooks/audit.yml over SSH: the report's drift is exactly what e2e-8.yml puts on the fleet."""
+    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
+    done = run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), str(REPO / "playbooks" / "audit.yml"),
+         "-e", f"gpufleet_report_dir={tmp_path}", "-f", "8"],
+        env=env, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "8 nodes: 5 match their BOM, 3 drift, 0 unreachable" in done.stdout
+    report = json.loads((tmp_path / "fleet-report.json").read_text())
+    drifting = {
+        node["name"]: {(i["component"], i["installed"], i["wanted"]) for i in node["items"] if i["status"] != "ok"}
+        for node in report["nodes"]
+        if node["status"] != "ok"
+    }
+    nic_items = drifting.pop("h200-04")
+    assert drifting == {
+        "h100-04": {("driver", "550.90.07", "570.124.06"), ("fabricmanager", "550.90.07", "570.124.06")},
+        "h200-03": {("gpu_vbios", "96.00.A5.00.02", "96.00.A5.00.03")},
+    }
+    # Only the first ConnectX-7 of h200-04 runs old firmware.
+    assert len(nic_items) == 1
+    component, installed, wanted = nic_items.pop()
+    assert component.startswith("nic_firmware[") and (installed, wanted) == ("28.40.1000", "28.43.1014")
+    assert set(report["mixed_within_sku"]["hgx_h200"]) == {"gpu_vbios", "nic_firmware[MT_0000000834]"}
+    assert report["mixed_within_sku"]["hgx_h200"]["gpu_vbios"]["96.00.A5.00.02"] == ["h200-03"]
+    assert "| h100-04 | driver | 550.90.07 | 570.124.06 | drift |" in (tmp_path / "fleet-report.md").read_text()
+    assert (tmp_path / "fleet-report.html").read_text().count('<tr class="drift">') >= 3
+
+
 def test_each_node_has_its_own_hostname_driver_and_tools(fleet):
     for name in NODES:
         done = fleet.ssh(name, "hostname; command -v nvidia-smi; cat /proc/driver/nvidia/version")
