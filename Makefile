@@ -62,5 +62,8 @@ build: venv
 bench: venv ## figures: parse and report speed, memory
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
+demo: venv ## a 16-node simulated fleet, audited over SSH, with a report (needs root)
+	tests/gpusim/demo.sh
+
 clean:
 	rm -rf build .collections tests/output .pytest_cache .ruff_cache

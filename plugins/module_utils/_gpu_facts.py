@@ -34,6 +34,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
+# What a shell wrapper exits with when the program it calls is gone.
+RC_COMMAND_NOT_FOUND = 127
+
 SUBSETS = ("driver", "gpus", "fabricmanager", "nics", "xid")
 SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced")
 
@@ -245,8 +248,10 @@ class GpuFactsCollector:
         tool = self._tool(FabricManager, "fabricmanager_path")
         if not tool.available:
             return facts
-        facts["installed"] = True
         rc, out, err = tool.run(["--version"], ok_rcs=None)
+        if rc == RC_COMMAND_NOT_FOUND:
+            return facts  # a leftover wrapper or dangling link: the package is not installed
+        facts["installed"] = True
         try:
             facts["version"] = fm_parser.parse_version(out + "\n" + err)
         except ParseError as exc:

@@ -21,6 +21,9 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
     """
     nodes = []
     for record in sorted(records, key=lambda r: r["name"]):
+        if record.get("error"):
+            nodes.append(_error_node(record))
+            continue
         facts = record.get("facts") or {}
         items = node_drift(facts, record.get("bom") or {})
         summary = drift_summary(items)
@@ -40,8 +43,8 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
         )
     answered = {n["name"] for n in nodes}
     unreachable = sorted(set(expected_hosts or []) - answered)
-    mixed = sku_mixed_versions([{"name": r["name"], "sku": r.get("sku"), "facts": r.get("facts")} for r in records])
-    totals = {"nodes": len(nodes) + len(unreachable), "ok": 0, "drift": 0, "unknown": 0, "unreachable": len(unreachable)}
+    mixed = sku_mixed_versions([{"name": r["name"], "sku": r.get("sku"), "facts": r.get("facts")} for r in records if not r.get("error")])
+    totals = {"nodes": len(nodes) + len(unreachable), "ok": 0, "drift": 0, "unknown": 0, "error": 0, "unreachable": len(unreachable)}
     for node in nodes:
         totals[node["status"]] += 1
     return {
@@ -52,6 +55,22 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
         "nodes": nodes,
         "unreachable": unreachable,
         "mixed_within_sku": mixed,
+    }
+
+
+def _error_node(record):
+    """A node that answered but whose facts could not be gathered: the error is the finding."""
+    return {
+        "name": record["name"],
+        "sku": record.get("sku") or "unknown",
+        "status": "error",
+        "error": record["error"],
+        "counts": {},
+        "driver": None,
+        "driver_flavor": None,
+        "gpu_count": None,
+        "critical_xids": [],
+        "items": [],
     }
 
 
@@ -74,13 +93,13 @@ def render_markdown(report):
         "",
         "Generated {}.".format(report["generated_at"]) if report.get("generated_at") else "",
         "",
-        "**{nodes} nodes: {ok} match their BOM, {drift} drift, {unknown} unknown, {unreachable} unreachable.**".format(**t),
+        "**{nodes} nodes: {ok} match their BOM, {drift} drift, {unknown} unknown, {error} could not be read, {unreachable} unreachable.**".format(**t),
         "",
         "| node | SKU | status | driver | GPUs | critical Xids | drifting components |",
         "|---|---|---|---|---|---|---|",
     ]
     for node in report["nodes"]:
-        drifting = ", ".join(i["component"] for i in node["items"] if i["status"] != "ok") or "—"
+        drifting = node.get("error") or ", ".join(i["component"] for i in node["items"] if i["status"] != "ok") or "—"
         lines.append(
             "| {} | {} | {} | {} | {} | {} | {} |".format(
                 node["name"], node["sku"], node["status"], _fmt(node["driver"]), _fmt(node["gpu_count"]),
@@ -112,7 +131,7 @@ def render_markdown(report):
 _CSS = (
     "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
     "th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}th{background:#f0f0f0}"
-    ".ok{background:#e6f4ea}.drift{background:#fdecea}.unknown{background:#fff4e5}.unreachable{background:#eee;color:#777}"
+    ".ok{background:#e6f4ea}.drift{background:#fdecea}.error{background:#f8d7da}.unknown{background:#fff4e5}.unreachable{background:#eee;color:#777}"
 )
 
 
@@ -121,7 +140,7 @@ def render_html(report):
     t = report["totals"]
     rows = []
     for node in report["nodes"]:
-        drifting = ", ".join(i["component"] for i in node["items"] if i["status"] != "ok") or "—"
+        drifting = node.get("error") or ", ".join(i["component"] for i in node["items"] if i["status"] != "ok") or "—"
         rows.append(
             '<tr class="{s}"><td>{n}</td><td>{k}</td><td>{s}</td><td>{d}</td><td>{g}</td><td>{x}</td><td>{c}</td></tr>'.format(
                 s=esc(node["status"]), n=esc(node["name"]), k=esc(node["sku"]), d=esc(_fmt(node["driver"])), g=esc(_fmt(node["gpu_count"])),
@@ -149,7 +168,8 @@ def render_html(report):
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><title>{}</title><style>{}</style></head><body>'.format(esc(report["title"]), _CSS),
         "<h1>{}</h1>".format(esc(report["title"])),
-        "<p><b>{nodes} nodes: {ok} match their BOM, {drift} drift, {unknown} unknown, {unreachable} unreachable.</b></p>".format(**t),
+        "<p><b>{nodes} nodes: {ok} match their BOM, {drift} drift, {unknown} unknown, {error} could not be read, "
+        "{unreachable} unreachable.</b></p>".format(**t),
         "<table><tr><th>node</th><th>SKU</th><th>status</th><th>driver</th><th>GPUs</th><th>critical Xids</th><th>drifting components</th></tr>",
         "\n".join(rows),
         "</table>",

@@ -54,6 +54,9 @@ options:
         description: The node's C(ansible_facts.gpufleet).
         type: dict
         default: {}
+      error:
+        description: Why the node's facts could not be gathered; the node is reported with status V(error) and this message.
+        type: str
   expected_hosts:
     description: Every node the audit targeted; those missing from O(nodes) are reported as unreachable.
     type: list
@@ -102,7 +105,7 @@ report:
       description: Node counts by status.
       type: dict
       returned: always
-      sample: {nodes: 16, ok: 11, drift: 4, unknown: 0, unreachable: 1}
+      sample: {nodes: 16, ok: 11, drift: 3, unknown: 0, error: 1, unreachable: 1}
     nodes:
       description: Per node, its status and every compared component with installed and wanted versions.
       type: list
@@ -161,6 +164,7 @@ def main():
                     sku=dict(type="str"),
                     bom=dict(type="dict", default={}),
                     facts=dict(type="dict", default={}),
+                    error=dict(type="str"),
                 ),
             ),
             expected_hosts=dict(type="list", elements="str", default=[]),

@@ -36,7 +36,7 @@ def args(tmp_path, **extra):
 def test_writes_three_formats_with_drift_and_unreachable(tmp_path, run_module):
     result = run_module(fleet_report.main, args(tmp_path))
     assert result["changed"] is True
-    assert result["report"]["totals"] == {"nodes": 4, "ok": 1, "drift": 2, "unknown": 0, "unreachable": 1}
+    assert result["report"]["totals"] == {"nodes": 4, "ok": 1, "drift": 2, "unknown": 0, "error": 0, "unreachable": 1}
     data = json.loads((tmp_path / "reports/fleet-report.json").read_text())
     assert [n["name"] for n in data["nodes"]] == ["gpu-001", "gpu-002", "gpu-003"]
     assert data["unreachable"] == ["gpu-004"]
@@ -76,3 +76,13 @@ def test_html_escapes_node_names(tmp_path, run_module):
     run_module(fleet_report.main, args(tmp_path, nodes=[record("<script>")], expected_hosts=[]))
     html = (tmp_path / "reports/fleet-report.html").read_text()
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_node_whose_facts_failed_is_reported_with_the_error(tmp_path, run_module):
+    failed = {"name": "gpu-004", "sku": "hgx-h100", "error": "nvidia-smi -q -x failed with exit status 255: Unknown Error"}
+    result = run_module(fleet_report.main, args(tmp_path, nodes=[record("gpu-001"), failed], expected_hosts=["gpu-001", "gpu-004"]))
+    assert result["report"]["totals"] == {"nodes": 2, "ok": 1, "drift": 0, "unknown": 0, "error": 1, "unreachable": 0}
+    node = result["report"]["nodes"][1]
+    assert node["status"] == "error" and node["error"].startswith("nvidia-smi -q -x failed")
+    markdown = (tmp_path / "reports/fleet-report.md").read_text()
+    assert "| gpu-004 | hgx-h100 | error | — | — | — | nvidia-smi -q -x failed with exit status 255: Unknown Error |" in markdown

@@ -229,3 +229,10 @@ def test_gpu_fallen_off_the_bus_keeps_the_healthy_gpus(commands, node, run_modul
     assert "2A:00.0" in facts["nvidia_smi_message"]
     assert facts["gpu_count"] == 1 and facts["pci_gpu_count"] == 2
     assert facts["gpus"][0]["pci_bus_id"] == "00000000:18:00.0"
+
+
+def test_fabric_manager_wrapper_without_program_is_not_installed(commands, node, run_module):
+    full_node(commands, node)
+    commands.on([commands.binaries["nv-fabricmanager"], "--version"], rc=127, stderr="nv-fabricmanager: command not found\n")
+    facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
+    assert facts["fabricmanager"]["installed"] is False and facts["fabricmanager"]["version"] is None
