@@ -48,19 +48,8 @@ NVSWITCH_CLASS_PREFIX = "0x0680"
 NIC_CLASS_PREFIXES = ("0x0200", "0x0207")
 
 
-class FactsError(Exception):
+class FactsError(ToolError):
     """A tool answered with something gpu_facts cannot trust."""
-
-    def __init__(self, msg, cmd=None, rc=None, stdout="", stderr=""):
-        super().__init__(msg)
-        self.msg = msg
-        self.cmd = cmd
-        self.rc = rc
-        self.stdout = stdout
-        self.stderr = stderr
-
-    def fail_kwargs(self):
-        return {"msg": self.msg, "cmd": self.cmd, "rc": self.rc, "stdout": self.stdout, "stderr": self.stderr}
 
 
 class Host:
