@@ -130,26 +130,10 @@ files:
   sample: {json: reports/fleet-report.json, md: reports/fleet-report.md, html: reports/fleet-report.html}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import BomError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import RENDERERS, build_report
-
-
-def _write_if_changed(module, path, content):
-    try:
-        with open(path) as handle:
-            if handle.read() == content:
-                return False
-    except OSError:
-        pass
-    if not module.check_mode:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(content)
-        module.atomic_move(tmp, path)
-    return True
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report_files import write_reports
 
 
 def main():
@@ -182,15 +166,8 @@ def main():
     except BomError as exc:
         module.fail_json(msg=f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.")
 
-    dest = params["dest"]
-    if not module.check_mode and not os.path.isdir(dest):
-        os.makedirs(dest)
-    files = {}
-    changed = False
-    for fmt in params["formats"]:
-        path = os.path.join(dest, f"{params['basename']}.{fmt}")
-        files[fmt] = path
-        changed |= _write_if_changed(module, path, RENDERERS[fmt](report))
+    outputs = {fmt: (fmt, RENDERERS[fmt](report)) for fmt in params["formats"]}
+    changed, files = write_reports(module, params["dest"], params["basename"], outputs)
     module.exit_json(changed=changed, report=report, files=files)
 
 

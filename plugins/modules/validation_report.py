@@ -129,25 +129,9 @@ files:
            junit: reports/validation-report.junit.xml}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report_files import write_reports
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_report import EXTENSIONS, RENDERERS, build_report
-
-
-def _write_if_changed(module, path, content):
-    try:
-        with open(path) as handle:
-            if handle.read() == content:
-                return False
-    except OSError:
-        pass
-    if not module.check_mode:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(content)
-        module.atomic_move(tmp, path)
-    return True
 
 
 def main():
@@ -175,15 +159,8 @@ def main():
         if missing:
             module.fail_json(msg="stragglers: an entry lacks {}; pass the output of the gpufleet.lifecycle.stragglers filter".format(", ".join(missing)))
     report = build_report(params["nodes"], params["expected_hosts"], params["stragglers"], title=params["title"], generated_at=params["generated_at"])
-    dest = params["dest"]
-    if not module.check_mode and not os.path.isdir(dest):
-        os.makedirs(dest)
-    files = {}
-    changed = False
-    for fmt in params["formats"]:
-        path = os.path.join(dest, "{}.{}".format(params["basename"], EXTENSIONS[fmt]))
-        files[fmt] = path
-        changed |= _write_if_changed(module, path, RENDERERS[fmt](report))
+    outputs = {fmt: (EXTENSIONS[fmt], RENDERERS[fmt](report)) for fmt in params["formats"]}
+    changed, files = write_reports(module, params["dest"], params["basename"], outputs)
     module.exit_json(changed=changed, report=report, files=files)
 
 
