@@ -144,6 +144,9 @@ class Node:
         if not tool.available:
             return {"installed": False, "version": None}
         rc, out, err = tool.run(["--version"], ok_rcs=None)
+        if rc in (126, 127):
+            # A leftover wrapper or alternatives link whose program is gone: not installed.
+            return {"installed": False, "version": None}
         try:
             return {"installed": True, "version": fm_parser.parse_version(out + "\n" + err)}
         except ParseError as exc:

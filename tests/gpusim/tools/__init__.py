@@ -31,6 +31,10 @@ TOOLS = {
     "lsmod": "kmod:lsmod_main",
     "nvidia-uninstall": "kmod:uninstall_main",
     "dmesg": "kmod:dmesg_main",
+    "modinfo": "kmod:modinfo_main",
+    "apt-get": "packages:apt_get_main",
+    "apt-mark": "packages:apt_mark_main",
+    "dpkg-query": "packages:dpkg_query_main",
     "gpusim-run-installer": "installer:main",
 }
 TOOL_NAMES = tuple(TOOLS)
