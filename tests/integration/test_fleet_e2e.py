@@ -123,7 +123,7 @@ def test_audit_reports_the_drift_the_spec_declares(fleet, tmp_path):
         env=env, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "8 nodes: 5 match their BOM, 3 drift, 0 unreachable" in done.stdout
+    assert "8 nodes: 5 match their BOM, 3 drift, 0 could not be read, 0 unreachable" in done.stdout
     report = json.loads((tmp_path / "fleet-report.json").read_text())
     drifting = {
         node["name"]: {(i["component"], i["installed"], i["wanted"]) for i in node["items"] if i["status"] != "ok"}
