@@ -105,7 +105,7 @@ def _format(state: dict[str, Any], fmt: str, name: str, version: str) -> str:
         width = match.group(2)
         if width:
             n = int(width)
-            text = text.ljust(n) if n > 0 else text.rjust(-n)
+            text = text.rjust(n) if n > 0 else text.ljust(-n)  # like printf: negative widths align left
         return text
 
     return re.sub(r"\$\{([^};]+)(?:;(-?\d+))?\}", sub, _unescape(fmt))

@@ -224,6 +224,17 @@ def test_already_at_version_is_no_change(node, tmp_path, commands, run_module):
     assert n.argvs() == READ + READ
 
 
+
+def test_fabric_manager_wrapper_without_program_is_not_installed(node, tmp_path, commands, run_module):
+    """A PCIe node whose nv-fabricmanager is a leftover wrapper (exit 127): not installed, left alone."""
+    n = node(nvswitch=False)
+    commands.tool("nv-fabricmanager")
+    commands.on(FM_VERSION, rc=127, stderr="nv-fabricmanager: command not found\n")
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path), check_mode=True)
+    assert result["before"]["fabricmanager"] == {"installed": False, "version": None}
+    assert result["plan"]["fabricmanager"] == {"action": "none", "before": None, "after": None, "managed": False}
+
+
 # -- package method --------------------------------------------------------------------------
 
 

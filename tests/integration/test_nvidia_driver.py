@@ -1,0 +1,396 @@
+"""nvidia_driver module and role on simulated nodes over real SSH (gpusim).
+
+Brings up tests/fixtures/driver/fleet-driver.yml (NVSwitch HGX H100 and PCIe L40S nodes on driver
+550.90.07, installed by runfile) once for the file, writes real NVIDIA-Linux-x86_64-<v>.run files
+(gpusim.artifacts) and runs `ansible NODE -m gpufleet.lifecycle.nvidia_driver` and the role's entry
+points with ansible-playbook against the generated inventory. Results are read with the json
+stdout callback; node facts from the simulator's per-node state and from nvidia-smi over SSH.
+
+Each node keeps its node state file under /var/lib/gpusim (its own folder): the default
+/etc/ansible/facts.d/gpufleet.fact would be the controller's file, shared by every simulated node.
+Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
+    .venv/bin/python -m pytest tests/integration/test_nvidia_driver.py -m integration -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from gpusim import artifacts  # noqa: E402
+from gpusim import state as gstate  # noqa: E402
+
+SPEC = TESTS / "fixtures" / "driver" / "fleet-driver.yml"
+PYTHON = REPO / ".venv" / "bin" / "python"
+OLD, NEW = "550.90.07", "570.124.06"
+STATE_FILE = "/var/lib/gpusim/gpufleet.fact"  # inside the node's own folder (see the module docstring)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated fleet needs root (namespaces, bind mounts, sshd)"),
+    pytest.mark.skipif(
+        not all(os.path.exists(f"/usr/sbin/{tool}") for tool in ("sshd", "slurmctld", "slurmd", "munged")),
+        reason="sshd/slurmctld/slurmd/munged missing: run tests/gpusim/install-deps.sh",
+    ),
+]
+
+ROLE_PLAYBOOK = """
+- name: nvidia_driver role entry point on simulated nodes
+  hosts: "{{ targets }}"
+  gather_facts: false
+  tasks:
+    - name: Run the entry point
+      ansible.builtin.include_role:
+        name: gpufleet.lifecycle.nvidia_driver
+        tasks_from: "{{ entry }}"
+"""
+
+
+def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers)."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s:\n{out[-3000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    return run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, timeout=timeout)
+
+
+class Fleet:
+    def __init__(self, workdir: pathlib.Path, runfiles: dict[str, dict[str, str]]):
+        self.workdir = workdir
+        self.record = json.loads((workdir / "fleet.json").read_text())
+        self.address = {r["name"]: r["address"] for r in self.record["nodes"]}
+        self.inventory = workdir / "inventory" / "hosts.yml"
+        self.runfiles = runfiles
+        self.playbook = workdir / "role.yml"
+        self.playbook.write_text(ROLE_PLAYBOOK)
+
+    def env(self, json_output: bool = True) -> dict[str, str]:
+        env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_RETRY_FILES_ENABLED="False")
+        if json_output:
+            env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+        return env
+
+    def module(self, pattern: str, args: dict, *, check: bool = False, diff: bool = False) -> dict[str, dict]:
+        """`ansible PATTERN -m gpufleet.lifecycle.nvidia_driver -a ARGS` -> {host: result}."""
+        cmd = [str(REPO / ".venv/bin/ansible"), pattern, "-i", str(self.inventory), "-m", "gpufleet.lifecycle.nvidia_driver",
+               "-a", json.dumps(dict(args, state_file=STATE_FILE))]
+        cmd += ["--check"] if check else []
+        cmd += ["--diff"] if diff else []
+        proc = run(cmd, env=self.env(), timeout=240)
+        try:
+            doc = json.loads(proc.stdout)
+        except ValueError:
+            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        hosts = doc["plays"][0]["tasks"][0]["hosts"]
+        assert not any(r.get("unreachable") for r in hosts.values()), hosts
+        return hosts
+
+    def role(self, targets: str, entry: str, extra: dict) -> subprocess.CompletedProcess:
+        variables = {
+            "targets": targets, "entry": entry, "nvidia_driver_state_file": STATE_FILE, "nvidia_driver_hold_kernel": False,
+            "nvidia_driver_runfiles": self.runfiles, "nvidia_driver_reboot_timeout": 120, **extra,
+        }
+        cmd = [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), str(self.playbook), "-e", json.dumps(variables)]
+        return run(cmd, env=self.env(json_output=False), timeout=300)
+
+    def node_dir(self, name: str) -> pathlib.Path:
+        return self.workdir / "nodes" / name
+
+    def sim(self, name: str) -> dict:
+        """The simulator's state of the node (what the hardware and the package database say)."""
+        return gstate.load(self.node_dir(name))
+
+    def fact(self, name: str) -> dict:
+        """The node state file the module wrote on that node (/var/lib/gpusim is the node's own folder)."""
+        return json.loads((self.node_dir(name) / "gpufleet.fact").read_text())
+
+    def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:
+        return run(
+            ["ssh", "-i", str(self.workdir / "ssh" / "id_ed25519"), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", str(self.record["ssh_port"]), f"root@{self.address[name]}", command],
+            timeout=60,
+        )
+
+    def smi_version(self, name: str) -> str:
+        proc = self.ssh(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        versions = set(proc.stdout.split())
+        assert len(versions) == 1, proc.stdout
+        return versions.pop()
+
+    def fabricmanager(self, name: str) -> tuple[str | None, str]:
+        """(version, service state) of the node's fabric manager, as the node's tools report them."""
+        fm = self.sim(name).get("fabricmanager")
+        state = self.ssh(name, "systemctl is-active nvidia-fabricmanager").stdout.strip()
+        return (fm or {}).get("version"), state
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gpusim-driver")
+    workdir = base / "fleet"
+    art = base / "runfiles"
+    runfiles = {}
+    for version in (OLD, NEW):
+        path = artifacts.write_driver_runfile(art, version)
+        runfiles[version] = {"source": str(path), "checksum": "sha256:" + artifacts.sha256_file(path)}
+    up = gpusim("up", "--spec", str(SPEC), workdir=workdir)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield Fleet(workdir, runfiles)
+    finally:
+        down = gpusim("down", workdir=workdir)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def driver_args(fleet: Fleet, version: str, **extra) -> dict:
+    return {"version": version, **fleet.runfiles[version], **extra}
+
+
+def four_steps(fleet: Fleet, pattern: str, args: dict) -> dict[str, dict[str, dict]]:
+    """check, real, idempotent, idempotent check: {step: {host: result}}, each run after the previous one."""
+    steps = {}
+    for step, check in (("check", True), ("real", False), ("idempotent", False), ("idempotent_check", True)):
+        steps[step] = fleet.module(pattern, args, check=check, diff=True)
+        for host, result in steps[step].items():
+            assert not result.get("failed"), (step, host, result.get("msg"))
+    return steps
+
+
+def changed(steps: dict[str, dict[str, dict]], host: str) -> dict[str, bool]:
+    return {step: results[host]["changed"] for step, results in steps.items()}
+
+
+ALL_CHANGED_ONCE = {"check": True, "real": True, "idempotent": False, "idempotent_check": False}
+
+
+# --- upgrade ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def upgraded(fleet):
+    before = {name: fleet.sim(name) for name in ("hgx-01", "pcie-01")}
+    return before, four_steps(fleet, "hgx-01,pcie-01", driver_args(fleet, NEW))
+
+
+def test_upgrade_changes_once_in_four_steps(upgraded):
+    _before, steps = upgraded
+    for host in ("hgx-01", "pcie-01"):
+        assert changed(steps, host) == ALL_CHANGED_ONCE
+        assert steps["check"][host]["plan"]["driver"] == {
+            "action": "upgrade", "before": OLD, "after": NEW, "kernel_module_before": "open", "kernel_module_after": "open",
+        }
+        assert steps["real"][host]["after"]["driver"]["installed_version"] == NEW
+        assert steps["real"][host]["after"]["driver"]["nvidia_smi_version"] == NEW
+        assert steps["real"][host]["reboot_required"] is False
+        assert steps["idempotent"][host]["plan"]["driver"]["action"] == "none"
+    assert steps["check"]["hgx-01"]["diff"] == {
+        "before": {"driver": OLD, "kernel_module": "open", "fabricmanager": OLD},
+        "after": {"driver": NEW, "kernel_module": "open", "fabricmanager": NEW},
+    }
+    # The PCIe node has no fabric manager to show.
+    assert steps["check"]["pcie-01"]["diff"] == {"before": {"driver": OLD, "kernel_module": "open"}, "after": {"driver": NEW, "kernel_module": "open"}}
+
+
+def test_check_mode_changed_nothing(upgraded):
+    before, steps = upgraded
+    # check ran first: its "after" is the node as it was, and the simulator's state said the same then.
+    for host in ("hgx-01", "pcie-01"):
+        assert steps["check"][host]["after"] == steps["check"][host]["before"]
+        assert before[host]["driver"]["version"] == OLD
+
+
+def test_upgrade_reaches_the_node(fleet, upgraded):
+    for host in ("hgx-01", "pcie-01"):
+        assert fleet.smi_version(host) == NEW
+        sim = fleet.sim(host)
+        assert (sim["driver"]["version"], sim["driver"]["flavor"], sim["driver"]["dkms"]) == (NEW, "open", True)
+        assert sim["services"]["nvidia-persistenced"]["active"]
+        assert sim["services"]["nvidia-dcgm"]["active"]
+        fact = fleet.fact(host)
+        assert fact["last_known_good"]["driver"]["version"] == OLD
+        assert [(h["action"], h["before"], h["after"], h["result"]) for h in fact["history"]] == [
+            ("upgrade", OLD, NEW, "started"), ("upgrade", OLD, NEW, "ok"),
+        ]
+
+
+def test_fabric_manager_follows_the_driver_on_nvswitch_nodes(fleet, upgraded):
+    _before, steps = upgraded
+    assert steps["real"]["hgx-01"]["plan"]["fabricmanager"] == {"action": "upgrade", "before": OLD, "after": NEW, "managed": True}
+    assert steps["real"]["hgx-01"]["after"]["nvswitch"] is True
+    assert fleet.fabricmanager("hgx-01") == (NEW, "active")
+    # Installed from the distribution package at the driver's version, held (simulated apt on the node).
+    sim = fleet.sim("hgx-01")
+    assert sim["apt"]["held"] == ["nvidia-fabricmanager-570"]
+    query = fleet.ssh("hgx-01", "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' 'nvidia-fabricmanager-*'")
+    assert query.stdout == "nvidia-fabricmanager-570 570.124.06-1 hi \n", query.stderr
+    assert fleet.fact("hgx-01")["last_known_good"]["fabricmanager"]["version"] == OLD
+    # The controller's own package database is untouched (the nodes share its filesystem).
+    host = subprocess.run(["dpkg-query", "-W", "nvidia-fabricmanager-*"], capture_output=True, text=True, check=False)
+    assert host.stdout == ""
+
+
+def test_node_tools_come_first_on_path(fleet):
+    """The module finds the node's simulated package tools and modinfo in /usr/local/bin, not the controller's."""
+    proc = fleet.ssh("pcie-01", "for t in apt-get apt-mark dpkg-query modinfo; do command -v $t; done; modinfo -F version nvidia")
+    assert proc.stdout.splitlines()[:4] == [f"/usr/local/bin/{t}" for t in ("apt-get", "apt-mark", "dpkg-query", "modinfo")]
+    assert proc.stdout.splitlines()[4] in (OLD, NEW)
+
+
+def test_fabric_manager_left_alone_on_pcie_nodes(fleet, upgraded):
+    _before, steps = upgraded
+    plan = steps["real"]["pcie-01"]["plan"]["fabricmanager"]
+    assert plan == {"action": "none", "before": None, "after": None, "managed": False}
+    assert steps["real"]["pcie-01"]["after"]["nvswitch"] is False
+    sim = fleet.sim("pcie-01")
+    assert sim["fabricmanager"] is None
+    assert sim.get("apt", {}).get("held", []) == []
+
+
+# --- downgrade ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def refused(fleet, upgraded):
+    return fleet.module("hgx-01,pcie-01", driver_args(fleet, OLD))
+
+
+def test_downgrade_refused_without_allow_downgrade(fleet, refused):
+    for host in ("hgx-01", "pcie-01"):
+        result = refused[host]
+        assert result["failed"] is True
+        assert result["changed"] is False
+        assert f"driver {NEW} is installed and {OLD} is older: refusing to downgrade" in result["msg"]
+        assert "allow_downgrade: true" in result["msg"]
+        assert fleet.smi_version(host) == NEW
+    assert fleet.fabricmanager("hgx-01") == (NEW, "active")
+
+
+@pytest.fixture(scope="module")
+def downgraded(fleet, refused):
+    return four_steps(fleet, "hgx-01,pcie-01", driver_args(fleet, OLD, allow_downgrade=True))
+
+
+def test_downgrade_changes_once_in_four_steps(fleet, downgraded):
+    for host in ("hgx-01", "pcie-01"):
+        assert changed(downgraded, host) == ALL_CHANGED_ONCE
+        assert downgraded["check"][host]["plan"]["driver"]["action"] == "downgrade"
+        assert downgraded["real"][host]["after"]["driver"]["nvidia_smi_version"] == OLD
+        assert fleet.smi_version(host) == OLD
+        # The last known good was the upgraded driver when the downgrade started.
+        assert fleet.fact(host)["last_known_good"]["driver"]["version"] == NEW
+    assert downgraded["real"]["hgx-01"]["plan"]["fabricmanager"]["action"] == "downgrade"
+    assert fleet.fabricmanager("hgx-01") == (OLD, "active")
+    assert fleet.sim("hgx-01")["apt"]["held"] == ["nvidia-fabricmanager-550"]
+    assert fleet.sim("pcie-01")["fabricmanager"] is None
+
+
+# --- the role: main and rollback --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def role_main(fleet):
+    return fleet.role("hgx-02", "main", {"nvidia_driver_version": NEW})
+
+
+def test_role_main_installs_activates_and_verifies(fleet, role_main):
+    assert role_main.returncode == 0, role_main.stdout[-4000:] + role_main.stderr[-2000:]
+    out = role_main.stdout
+    # nvidia_driver_hold_kernel: false: holding packages on a simulated node would hold the controller's.
+    assert re.search(r"Pin the running kernel\] \*+\nskipping: \[hgx-02\]", out)
+    assert "changed: [hgx-02]" in out.split(f"Install NVIDIA driver {NEW}", 1)[1]
+    assert "RUNNING HANDLER [gpufleet.lifecycle.nvidia_driver : Activate the NVIDIA driver]" in out
+    assert re.search(r"Check that the fabric manager matches the driver on NVSwitch systems\] \*+\nok: \[hgx-02\]", out)
+    assert "hgx-02                     : ok=" in out and "failed=0" in out
+    assert fleet.smi_version("hgx-02") == NEW
+    assert fleet.fabricmanager("hgx-02") == (NEW, "active")
+    assert fleet.fact("hgx-02")["last_known_good"]["driver"] == {
+        "version": OLD, "kernel_module": "open", "method": "runfile", "recorded_at": fleet.fact("hgx-02")["last_known_good"]["driver"]["recorded_at"],
+    }
+
+
+@pytest.fixture(scope="module")
+def role_rollback(fleet, role_main):
+    assert role_main.returncode == 0
+    return fleet.role("hgx-02", "rollback", {})
+
+
+def test_role_rollback_restores_the_previous_driver(fleet, role_rollback):
+    assert role_rollback.returncode == 0, role_rollback.stdout[-4000:] + role_rollback.stderr[-2000:]
+    assert f"TASK [gpufleet.lifecycle.nvidia_driver : Restore NVIDIA driver {OLD}]" in role_rollback.stdout
+    assert fleet.smi_version("hgx-02") == OLD
+    assert fleet.fabricmanager("hgx-02") == (OLD, "active")
+    fact = fleet.fact("hgx-02")
+    # The rollback keeps the last known good record and logs a downgrade.
+    assert fact["last_known_good"]["driver"]["version"] == OLD
+    assert [(h["action"], h["after"], h["result"]) for h in fact["history"]][-2:] == [("downgrade", OLD, "started"), ("downgrade", OLD, "ok")]
+
+
+# --- failures leave the old driver working -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def failures(fleet):
+    wrong = dict(fleet.runfiles[NEW], checksum=fleet.runfiles[OLD]["checksum"])  # a valid sha256, of another file
+    results = fleet.module("fail-sum", {"version": NEW, **wrong})
+    # fail-dkms carries the dkms_fail fault, fail-proc a process on GPU 1 (see the spec).
+    results.update(fleet.module("fail-dkms,fail-proc", driver_args(fleet, NEW)))
+    return results
+
+
+def assert_old_driver_works(fleet: Fleet, host: str, result: dict) -> None:
+    assert result["failed"] is True and result["changed"] is False
+    assert fleet.smi_version(host) == OLD
+    sim = fleet.sim(host)
+    assert sim["driver"]["version"] == OLD
+    assert "nvidia" in sim["modules"]
+    assert sim["services"]["nvidia-persistenced"]["active"]
+    if sim["nvswitch"]:
+        assert fleet.fabricmanager(host) == (OLD, "active")
+
+
+def test_checksum_mismatch_fails_before_anything(fleet, failures):
+    result = failures["fail-sum"]
+    assert result["msg"].startswith(f"checksum mismatch for {fleet.runfiles[NEW]['source']}: sha256 is ")
+    assert "Nothing was changed" in result["msg"]
+    assert "sha256:" + result["sha256"] == fleet.runfiles[NEW]["checksum"]
+    assert_old_driver_works(fleet, "fail-sum", result)
+    # Verified before the node state is touched: no history entry.
+    assert not (fleet.node_dir("fail-sum") / "gpufleet.fact").exists()
+
+
+def test_dkms_failure_reloads_the_old_driver(fleet, failures):
+    result = failures["fail-dkms"]
+    assert "the kernel module build (DKMS) failed" in result["msg"]
+    assert "(installer exit status 1)" in result["msg"]
+    assert "Error! Bad return status for module build" in result["stdout"]
+    assert result["node_state"]["driver_loaded"] == OLD and result["node_state"]["nvidia_smi"] == "ok"
+    assert_old_driver_works(fleet, "fail-dkms", result)
+    assert [h["result"] for h in fleet.fact("fail-dkms")["history"]] == ["started", "failed"]
+
+
+def test_gpu_process_refused(fleet, failures):
+    result = failures["fail-proc"]
+    assert result["msg"].startswith("1 process(es) use the GPUs: python3 (pid 777001, GPU GPU-")
+    assert "Nothing was changed" in result["msg"]
+    assert [p["pid"] for p in result["gpu_processes"]] == [777001]
+    assert_old_driver_works(fleet, "fail-proc", result)
+    assert fleet.sim("fail-proc")["processes"][0]["pid"] == 777001
