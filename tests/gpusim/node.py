@@ -152,6 +152,7 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
         f"mount --bind {nd}/sbin /usr/local/sbin",
         f"mount --bind {nd}/run /run",
         f"mount --bind {nd}/boot_id /proc/sys/kernel/random/boot_id",
+        f"mount --bind {nd}/osrelease /proc/sys/kernel/osrelease",
         f"if [ -d /proc/driver ]; then mount --bind {nd}/proc_driver /proc/driver; fi",
         f"if [ -d /etc/slurm ]; then mount --bind {q(str(slurm_conf.parent))} /etc/slurm; fi",
     ]

@@ -219,13 +219,18 @@ def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
             (devices / f"0000:{0x05 + n:02x}:00.0").mkdir(exist_ok=True)
     elif switches.exists():
         shutil.rmtree(switches, ignore_errors=True)
-    # boot_id is a bind-mount target: rewrite in place, never rename.
-    with open(node_dir / "boot_id", "a+") as fh:
+    # boot_id and osrelease are bind-mount targets: rewrite in place, never rename.
+    _write_in_place(node_dir / "boot_id", state["boot_id"] + "\n")
+    _write_in_place(node_dir / "osrelease", state["kernel"] + "\n")
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    with open(path, "a+") as fh:
         fh.seek(0)
-        if fh.read() != state["boot_id"] + "\n":
+        if fh.read() != text:
             fh.seek(0)
             fh.truncate()
-            fh.write(state["boot_id"] + "\n")
+            fh.write(text)
 
 
 # --- queries used by the tools -----------------------------------------------------------------

@@ -147,10 +147,11 @@ def test_audit_reports_the_drift_the_spec_declares(fleet, tmp_path):
 
 def test_each_node_has_its_own_hostname_driver_and_tools(fleet):
     for name in NODES:
-        done = fleet.ssh(name, "hostname; command -v nvidia-smi; cat /proc/driver/nvidia/version")
+        done = fleet.ssh(name, "hostname; command -v nvidia-smi; cat /proc/driver/nvidia/version; cat /proc/sys/kernel/osrelease")
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert lines[0] == name
+        assert lines[-1] == "6.1.0-28-amd64"  # the spec's kernel, not the controller's
         assert lines[1] == "/usr/local/bin/nvidia-smi"
         assert ("550.90.07" if name == "h100-04" else "570.124.06") in lines[2]
 
