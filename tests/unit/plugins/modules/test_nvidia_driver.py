@@ -224,7 +224,6 @@ def test_already_at_version_is_no_change(node, tmp_path, commands, run_module):
     assert n.argvs() == READ + READ
 
 
-
 def test_fabric_manager_wrapper_without_program_is_not_installed(node, tmp_path, commands, run_module):
     """A PCIe node whose nv-fabricmanager is a leftover wrapper (exit 127): not installed, left alone."""
     n = node(nvswitch=False)
