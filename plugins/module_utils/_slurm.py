@@ -1,0 +1,380 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Drain, resume and reboot one Slurm node: the logic behind the slurm_node module (private).
+
+Parses ``scontrol show node -o`` and ``squeue -h -o %i,%u,%j``; plans what to change
+from the node's state flags and drain reason; never touches a drain whose reason does
+not carry our marker (``<owner_tag>:<rollout_id>: <reason>``) unless forced.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Scontrol, Tool, ToolError
+
+# Base states Slurm prints before the first "+" (slurm/src/common/slurm_protocol_defs.c,
+# node_state_base_string); older releases and sinfo print DRAINED / DRAINING / DRAIN instead.
+BASE_STATES = frozenset(("IDLE", "ALLOCATED", "ALLOC", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"))
+_OLD_DRAIN_STATES = {"DRAINED": "IDLE", "DRAINING": "ALLOCATED", "DRAIN": "IDLE"}
+# Flags that mean jobs still hold the node.
+_BUSY_BASES = frozenset(("ALLOCATED", "ALLOC", "MIXED"))
+_BUSY_FLAGS = frozenset(("COMPLETING",))
+# One Slurm call should answer within MessageTimeout (10 s by default); allow for a slow controller.
+CALL_TIMEOUT = 60
+_NOT_FOUND = re.compile(r"Node \S+ not found")
+_REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?) \[(?P<user>[^\s@\]]+)@(?P<time>[^\]\s]*)\][ \t]*(?=\s|$)")
+_REASON_BARE = re.compile(r"(?:^|\s)Reason=(?P<text>[^\n]*)")
+_KEY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_:]*)=(?P<value>.*)$")
+ROLLOUT_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class SlurmError(ToolError):
+    """Slurm answered, but not with what the plan needs (unknown node, drain that does not finish)."""
+
+
+class Squeue(Tool):
+    binary = "squeue"
+    label = "squeue"
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+
+def _split_fields(text):
+    """``Key=value`` pairs of one node record; a value may hold spaces (``OS=Linux 6.1 #1 SMP``)."""
+    fields = {}
+    key = None
+    for word in text.split():
+        match = _KEY.match(word)
+        if match:
+            key = match.group("key")
+            fields[key] = match.group("value")
+        elif key is not None:
+            fields[key] = (fields[key] + " " + word).strip()
+    return fields
+
+
+def parse_state(state):
+    """``MIXED+DRAIN``, ``IDLE*``, ``DOWN+DRAIN+NOT_RESPONDING``... -> ``(base, flags, not_responding)``."""
+    if not state or not state.strip():
+        raise ParseError("scontrol show node: empty State")
+    parts = [part.strip() for part in state.strip().upper().split("+")]
+    not_responding = False
+    cleaned = []
+    for part in parts:
+        if part.endswith("*"):  # sinfo and older scontrol: "*" = not responding
+            not_responding = True
+        name = part.rstrip("*")
+        if not name:
+            raise ParseError(f"scontrol show node: malformed State {state!r}")
+        cleaned.append(name)
+    base, flags = cleaned[0], cleaned[1:]
+    if base in _OLD_DRAIN_STATES:
+        flags = ["DRAIN", *flags]
+        base = _OLD_DRAIN_STATES[base]
+    if base not in BASE_STATES:
+        raise ParseError(f"scontrol show node: unknown node state {base!r} in State={state}")
+    if "NOT_RESPONDING" in flags:
+        not_responding = True
+        flags = [flag for flag in flags if flag != "NOT_RESPONDING"]
+    if base == "ALLOC":
+        base = "ALLOCATED"
+    return base, flags, not_responding
+
+
+def drain_state(base, flags):
+    """``draining`` (DRAIN flag, jobs still run), ``drained`` (DRAIN flag, no jobs), or None."""
+    if "DRAIN" not in flags:
+        return None
+    if base in _BUSY_BASES or _BUSY_FLAGS.intersection(flags):
+        return "draining"
+    return "drained"
+
+
+def parse_show_nodes(text):
+    """Every node record of ``scontrol show node [-o]`` output, as a list of dicts (see parse_show_node)."""
+    records = re.split(r"(?m)^(?=NodeName=)", text or "")
+    return [_parse_record(record) for record in records if record.strip()]
+
+
+def parse_show_node(text):
+    """One node of ``scontrol show node -o NAME`` (one-line or multi-line form).
+
+    Returns ``{"name", "state", "base_state", "flags", "not_responding", "drain", "down",
+    "drain_state", "reason", "reason_user", "reason_time", "cpu_alloc", "cpu_total", "fields"}``
+    where ``fields`` holds every ``Key=value`` as printed (the reason apart).
+    """
+    nodes = parse_show_nodes(text)
+    if len(nodes) != 1:
+        raise ParseError(f"scontrol show node: expected one node record, found {len(nodes)}")
+    return nodes[0]
+
+
+def _parse_record(record):
+    reason = reason_user = reason_time = None
+    # The reason is free text (it may hold "=" and "[...]"): take it out before splitting the rest.
+    match = _REASON.search(record) or _REASON_BARE.search(record)
+    if match:
+        reason = match.group("text").strip() or None
+        if "user" in match.groupdict():
+            reason_user, reason_time = match.group("user"), match.group("time")
+        record = record[: match.start()] + " " + record[match.end() :]
+    fields = _split_fields(record)
+    if not fields.get("NodeName"):
+        raise ParseError("scontrol show node: no NodeName= in the output")
+    if "State" not in fields:
+        raise ParseError(f"scontrol show node: no State= for node {fields['NodeName']}")
+    base, flags, not_responding = parse_state(fields["State"])
+    if reason in ("(null)", "none"):
+        reason = None
+    return {
+        "name": fields["NodeName"],
+        "state": fields["State"],
+        "base_state": base,
+        "flags": flags,
+        "not_responding": not_responding,
+        "drain": "DRAIN" in flags,
+        "down": base == "DOWN",
+        "drain_state": drain_state(base, flags),
+        "reason": reason,
+        "reason_user": reason_user,
+        "reason_time": reason_time,
+        "cpu_alloc": _int_or_none(fields.get("CPUAlloc")),
+        "cpu_total": _int_or_none(fields.get("CPUTot")),
+        "fields": fields,
+    }
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_squeue(text):
+    """``squeue -h -o %i,%u,%j`` -> ``[{"id", "user", "name"}]`` (a job name may hold commas)."""
+    jobs = []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        parts = line.strip().split(",", 2)
+        if len(parts) != 3:
+            raise ParseError(f"squeue: expected 'jobid,user,name', got {line!r}")
+        jobs.append({"id": parts[0], "user": parts[1], "name": parts[2]})
+    return jobs
+
+
+# --- our reason ------------------------------------------------------------------------------------
+
+
+def make_reason(owner_tag, rollout_id, reason):
+    """``gpufleet:<rollout_id>: <reason>``, or ``gpufleet: <reason>`` without a rollout id."""
+    marker = f"{owner_tag}:{rollout_id}:" if rollout_id else f"{owner_tag}:"
+    return f"{marker} {reason}".rstrip()
+
+
+def reason_owner(reason, owner_tag):
+    """``(ours, rollout_id)``: whether the reason carries our marker, and the rollout it names."""
+    if not reason or not reason.startswith(owner_tag + ":"):
+        return False, None
+    rest = reason[len(owner_tag) + 1 :]
+    head, sep, _tail = rest.partition(":")
+    if sep and head and ROLLOUT_ID.match(head):
+        return True, head
+    return True, None
+
+
+# --- the node and the plan -------------------------------------------------------------------------
+
+
+class SlurmNode:
+    """Reads and changes one node through scontrol (and squeue for its jobs)."""
+
+    def __init__(self, module, name, owner_tag="gpufleet", rollout_id=None, scontrol_path=None, squeue_path=None):
+        self.module = module
+        self.name = name
+        self.owner_tag = owner_tag
+        self.rollout_id = rollout_id
+        self.scontrol = Scontrol(module, path=scontrol_path, required=True)
+        self.squeue = Squeue(module, path=squeue_path)
+
+    # reading
+
+    def show(self):
+        """The node as parse_show_node returns it, plus ``ours`` and ``rollout_id`` of its reason (no jobs)."""
+        rc, out, err = self.scontrol.run(["show", "node", "-o", self.name], ok_rcs=None, timeout=CALL_TIMEOUT)
+        if rc != 0:
+            if _NOT_FOUND.search(out + err):
+                raise SlurmError(
+                    f"Slurm does not know node {self.name}: check NodeName in slurm.conf / the node option",
+                    cmd=[self.scontrol.path, "show", "node", "-o", self.name], rc=rc, stdout=out, stderr=err,
+                )
+            raise SlurmError(
+                f"scontrol show node {self.name} failed with exit status {rc}: {(err or out).strip()[:500]}",
+                cmd=[self.scontrol.path, "show", "node", "-o", self.name], rc=rc, stdout=out, stderr=err,
+            )
+        try:
+            node = parse_show_node(out)
+        except ParseError as exc:
+            raise SlurmError(str(exc), cmd=[self.scontrol.path, "show", "node", "-o", self.name], rc=rc, stdout=out, stderr=err) from exc
+        if node["name"] != self.name:
+            raise SlurmError(f"scontrol show node {self.name} answered for node {node['name']}", rc=rc, stdout=out, stderr=err)
+        ours, rollout = reason_owner(node["reason"], self.owner_tag)
+        node["ours"] = ours
+        node["rollout_id"] = rollout
+        return node
+
+    def jobs(self):
+        """Jobs on the node (``[{"id", "user", "name"}]``), or None when squeue is not installed."""
+        if not self.squeue.available:
+            return None
+        out = self.squeue.run(["-w", self.name, "-h", "-o", "%i,%u,%j"], timeout=CALL_TIMEOUT)[1]
+        try:
+            return parse_squeue(out)
+        except ParseError as exc:
+            raise SlurmError(str(exc), cmd=[self.squeue.path, "-w", self.name], stdout=out) from exc
+
+    def read(self):
+        node = self.show()
+        node.pop("fields")
+        node["jobs"] = self.jobs()
+        return node
+
+    def owned(self, node):
+        """The node's reason is ours and, when we have a rollout id, names our rollout."""
+        if not node["ours"]:
+            return False
+        return self.rollout_id is None or node["rollout_id"] == self.rollout_id
+
+    # acting
+
+    def update(self, *args):
+        self.scontrol.run(["update", f"NodeName={self.name}", *args], timeout=CALL_TIMEOUT)
+
+    def wait_drained(self, timeout, interval):
+        """Poll until DRAINED (DRAIN flag and no jobs); return the seconds waited; SlurmError on timeout."""
+        start = time.monotonic()
+        while True:
+            node = self.show()
+            if not node["drain"]:
+                raise SlurmError(f"node {self.name} lost its drain while we waited (state {node['state']}, reason {node['reason']!r})")
+            if node["drain_state"] == "drained":
+                return round(time.monotonic() - start, 1)
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                jobs = self.jobs()
+                listed = ", ".join(f"{j['id']} ({j['user']}, {j['name']})" for j in jobs or []) or "unknown (squeue not installed)"
+                error = SlurmError(
+                    f"node {self.name} is still draining after {int(timeout)} s ({node['state']}); jobs still running: {listed}. "
+                    "The drain stays in place: wait longer (timeout), or cancel the jobs.",
+                )
+                error.jobs = jobs
+                raise error
+            time.sleep(min(interval, max(timeout - waited, 0.1)))
+
+
+def _diff_view(node):
+    return {"state": node["state"], "reason": node["reason"]}
+
+
+def plan(node, desired, want_reason, owned, force=False):
+    """What to do: ``{"action": "drain"|"resume"|"reboot"|None, "drained_by_others": bool, "note": str|None}``."""
+    held = node["drain"] or node["down"] or bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & set(node["flags"]))
+    others = held and not owned
+    if desired == "drained":
+        if others:
+            note = (
+                f"node {node['name']} is already out of service for someone else ({node['state']}, reason {node['reason']!r} "
+                f"set by {node['reason_user']}): left as it is, counted as unavailable"
+            )
+            return {"action": None, "drained_by_others": True, "note": note}
+        if node["drain"] and node["reason"] == want_reason:
+            return {"action": None, "drained_by_others": False, "note": None}
+        return {"action": "drain", "drained_by_others": False, "note": None}
+    if desired == "resumed":
+        if not held:
+            return {"action": None, "drained_by_others": False, "note": None}
+        if others and not force:
+            note = (
+                f"node {node['name']} was taken out of service by someone else ({node['state']}, reason {node['reason']!r} "
+                f"set by {node['reason_user']} at {node['reason_time']}): not resumed. Resume it by hand once its owner agrees."
+            )
+            return {"action": None, "drained_by_others": True, "note": note}
+        if others:
+            note = f"force: resuming node {node['name']} although someone else drained it (reason {node['reason']!r}, by {node['reason_user']})"
+            return {"action": "resume", "drained_by_others": True, "note": note}
+        return {"action": "resume", "drained_by_others": False, "note": None}
+    if desired == "rebooted":
+        if others:
+            return {"action": None, "drained_by_others": True, "note": None}
+        reason = node["reason"] or ""
+        if reason.startswith(want_reason) and (
+            {"REBOOT_REQUESTED", "REBOOT_ISSUED"} & set(node["flags"]) or "reboot complete" in reason
+        ):
+            return {"action": None, "drained_by_others": False, "note": None}
+        return {"action": "reboot", "drained_by_others": False, "note": None}
+    raise ValueError(f"unknown state {desired!r}")
+
+
+def _predict(node, action, want_reason):
+    """The node's diff view after the action (for check mode)."""
+    if action == "drain":
+        flags = [f for f in node["flags"] if f != "DRAIN"]
+        state = "+".join([node["base_state"], "DRAIN", *flags])
+        return {"state": state, "reason": want_reason}
+    if action == "resume":
+        base = "IDLE" if node["down"] else node["base_state"]
+        flags = [f for f in node["flags"] if f not in ("DRAIN", "REBOOT_REQUESTED", "REBOOT_ISSUED")]
+        return {"state": "+".join([base, *flags]), "reason": None}
+    if action == "reboot":
+        flags = [f for f in node["flags"] if f not in ("DRAIN", "REBOOT_REQUESTED")]
+        return {"state": "+".join([node["base_state"], "DRAIN", "REBOOT_REQUESTED", *flags]), "reason": want_reason}
+    return _diff_view(node)
+
+
+def run(module, params):
+    """Read, plan, act, re-read. Returns the module result (``warnings_text`` for module.warn)."""
+    slurm = SlurmNode(
+        module, params["node"], owner_tag=params["owner_tag"], rollout_id=params.get("rollout_id"),
+        scontrol_path=params.get("scontrol_path"), squeue_path=params.get("squeue_path"),
+    )
+    desired = params["state"]
+    want_reason = make_reason(params["owner_tag"], params.get("rollout_id"), params.get("reason") or "")
+    before = slurm.read()
+    step = plan(before, desired, want_reason, slurm.owned(before), force=params.get("force", False))
+    result = {
+        "changed": step["action"] is not None,
+        "node": slurm.name,
+        "action": step["action"],
+        "drained_by_others": step["drained_by_others"],
+        "reason": want_reason if desired != "resumed" else None,
+        "before": before,
+        "warnings_text": [step["note"]] if step["note"] else [],
+        "waited_s": 0,
+    }
+    check = module.check_mode
+    if step["action"] and not check:
+        if step["action"] == "drain":
+            slurm.update("State=DRAIN", f"Reason={want_reason}")
+        elif step["action"] == "resume":
+            slurm.update("State=RESUME")
+        elif step["action"] == "reboot":
+            slurm.scontrol.run(
+                ["reboot", "ASAP", f"nextstate={params['nextstate'].upper()}", f"reason={want_reason}", slurm.name], timeout=CALL_TIMEOUT
+            )
+    if desired == "drained" and params.get("wait") and not step["drained_by_others"] and not check:
+        try:
+            result["waited_s"] = slurm.wait_drained(params["timeout"], params["poll_interval"])
+        except SlurmError as exc:
+            exc.result = dict(result, after=slurm.read())
+            raise
+    after = before if check else slurm.read()
+    result["after"] = after
+    result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], want_reason) if check else _diff_view(after)}
+    return result

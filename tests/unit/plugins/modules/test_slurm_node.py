@@ -1,0 +1,340 @@
+"""gpufleet.lifecycle.slurm_node with recorded scontrol/squeue calls."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.modules import slurm_node
+
+from tests.conftest import OWN
+
+SCONTROL = "/usr/bin/scontrol"
+SQUEUE = "/usr/bin/squeue"
+OURS = "gpufleet:r1: driver upgrade"
+
+
+def node_text(name="busy-01", state="MIXED", reason=None, user="root"):
+    """A real `scontrol show node -o` line (Slurm 22.05.8) with the state and reason changed."""
+    text = (OWN / "slurm" / "show_node_mixed.txt").read_text().strip()
+    text = text.replace("NodeName=busy-01 ", f"NodeName={name} ")
+    text = re.sub(r" State=\S+", f" State={state}", text)
+    if reason is not None:
+        text += f" Reason={reason} [{user}@2026-11-30T15:38:31]"
+    return text + "\n"
+
+
+def show(name="busy-01"):
+    return [SCONTROL, "show", "node", "-o", name]
+
+
+def squeue(name="busy-01"):
+    return [SQUEUE, "-w", name, "-h", "-o", "%i,%u,%j"]
+
+
+def update(*args, name="busy-01"):
+    return [SCONTROL, "update", f"NodeName={name}", *args]
+
+
+class FakeTime:
+    """Stands for the time module inside _slurm: sleeping advances the clock."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps = []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def slurm(commands, monkeypatch):
+    commands.tool("scontrol")
+    commands.tool("squeue")
+    commands.on(squeue(), stdout="1,alice,train-llm\n")
+    fake_time = FakeTime()
+    monkeypatch.setattr(_slurm, "time", fake_time)
+    commands.time = fake_time
+    commands.warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, text: commands.warnings.append(text))
+    return commands
+
+
+def sequence(commands, monkeypatch, argv, outputs):
+    """Answer argv with each output in turn (the last one repeats); other commands from the table."""
+    queue = list(outputs)
+    original = commands.run_command
+
+    def run_command(module, args, **kwargs):
+        if list(args) == argv:
+            commands.calls.append({"argv": list(args), "environ_update": kwargs.get("environ_update")})
+            return 0, (queue.pop(0) if len(queue) > 1 else queue[0]), ""
+        return original(module, args, **kwargs)
+
+    monkeypatch.setattr(commands, "run_command", run_command)
+
+
+def argvs(commands):
+    return [call["argv"] for call in commands.calls]
+
+
+# --- drained -------------------------------------------------------------------------------------------
+
+
+def test_drain_runs_scontrol_update_with_our_reason(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason=OURS)])
+    slurm.on(update("State=DRAIN", f"Reason={OURS}"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
+    assert not result.get("failed"), result
+    assert argvs(slurm) == [show(), squeue(), update("State=DRAIN", "Reason=gpufleet:r1: driver upgrade"), show(), squeue()]
+    assert all(call["environ_update"]["LC_ALL"] == "C" for call in slurm.calls)
+    assert result["changed"] is True
+    assert result["action"] == "drain"
+    assert result["drained_by_others"] is False
+    assert result["reason"] == "gpufleet:r1: driver upgrade"
+    assert result["before"]["state"] == "MIXED"
+    assert result["after"]["drain_state"] == "draining"
+    assert result["after"]["ours"] is True and result["after"]["rollout_id"] == "r1"
+    assert result["after"]["jobs"] == [{"id": "1", "user": "alice", "name": "train-llm"}]
+    assert result["diff"] == {
+        "before": {"state": "MIXED", "reason": None},
+        "after": {"state": "MIXED+DRAIN", "reason": "gpufleet:r1: driver upgrade"},
+    }
+
+
+def test_drain_without_rollout_id_and_other_owner_tag(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason="fleetctl: fw")])
+    slurm.on(update("State=DRAIN", "Reason=fleetctl: fw"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "fw", "owner_tag": "fleetctl"})
+    assert update("State=DRAIN", "Reason=fleetctl: fw") in argvs(slurm)
+    assert result["changed"] is True
+
+
+def test_drain_check_mode_predicts_and_runs_no_update(slurm, run_module):
+    slurm.on(show(), stdout=node_text())
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True},
+                        check_mode=True)
+    assert argvs(slurm) == [show(), squeue()]
+    assert result["changed"] is True
+    assert result["after"] == result["before"]
+    assert result["diff"]["after"] == {"state": "MIXED+DRAIN", "reason": OURS}
+    assert slurm.time.sleeps == []
+
+
+def test_drain_already_ours_is_idempotent(slurm, run_module):
+    slurm.on(show(), stdout=node_text(state="IDLE+DRAIN", reason=OURS))
+    for check in (False, True):
+        slurm.calls.clear()
+        result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"},
+                            check_mode=check)
+        assert result["changed"] is False
+        assert result["action"] is None
+        assert all(call["argv"][1] != "update" for call in slurm.calls)
+
+
+def test_drain_ours_with_other_text_updates_the_reason(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="gpufleet:r1: old"), node_text(state="IDLE+DRAIN", reason=OURS)])
+    slurm.on(update("State=DRAIN", f"Reason={OURS}"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
+    assert result["changed"] is True
+    assert result["diff"]["before"]["reason"] == "gpufleet:r1: old"
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [("IDLE+DRAIN", "hw ticket 123"), ("DOWN+NOT_RESPONDING", "Not responding"), ("MIXED+DRAIN", "gpufleet:r0: failed rollout")],
+)
+def test_drain_keeps_someone_elses_drain(slurm, run_module, state, reason):
+    slurm.on(show(), stdout=node_text(state=state, reason=reason, user="admin"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True})
+    assert not result.get("failed"), result
+    assert argvs(slurm) == [show(), squeue(), show(), squeue()]  # no update, no wait
+    assert result["changed"] is False
+    assert result["drained_by_others"] is True
+    assert result["before"]["reason"] == reason
+    assert result["before"]["reason_user"] == "admin"
+    assert result["after"]["reason"] == reason
+    assert any(reason in w for w in slurm.warnings)
+
+
+def test_wait_polls_until_drained(slurm, run_module, monkeypatch):
+    draining = node_text(state="MIXED+DRAIN", reason=OURS)
+    sequence(slurm, monkeypatch, show(), [node_text(), draining, draining, node_text(state="IDLE+COMPLETING+DRAIN", reason=OURS),
+                                          node_text(state="IDLE+DRAIN", reason=OURS)])
+    slurm.on(update("State=DRAIN", f"Reason={OURS}"))
+    args = {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True, "poll_interval": 7}
+    result = run_module(slurm_node.main, args)
+    assert not result.get("failed"), result
+    assert argvs(slurm) == [show(), squeue(), update("State=DRAIN", f"Reason={OURS}"), show(), show(), show(), show(), show(), squeue()]
+    assert slurm.time.sleeps == [7, 7, 7]
+    assert result["waited_s"] == 21
+    assert result["after"]["drain_state"] == "drained"
+    assert result["changed"] is True
+
+
+def test_wait_timeout_fails_with_jobs_and_keeps_the_drain(slurm, run_module, monkeypatch):
+    draining = node_text(state="MIXED+DRAIN", reason=OURS)
+    sequence(slurm, monkeypatch, show(), [node_text(), draining])
+    slurm.on(update("State=DRAIN", f"Reason={OURS}"))
+    args = {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True, "timeout": 30, "poll_interval": 10}
+    result = run_module(slurm_node.main, args)
+    assert result["failed"] is True
+    assert "still draining after 30 s" in result["msg"]
+    assert "1 (alice, train-llm)" in result["msg"]
+    assert result["jobs"] == [{"id": "1", "user": "alice", "name": "train-llm"}]
+    assert result["after"]["state"] == "MIXED+DRAIN"
+    assert result["changed"] is True
+    assert sum(slurm.time.sleeps) == 30
+    assert not any("State=RESUME" in call["argv"] for call in slurm.calls)
+
+
+def test_wait_fails_when_someone_resumes_the_node_meanwhile(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason=OURS), node_text()])
+    slurm.on(update("State=DRAIN", f"Reason={OURS}"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True,
+                                          "poll_interval": 1})
+    assert result["failed"] is True
+    assert "lost its drain" in result["msg"]
+
+
+# --- resumed -------------------------------------------------------------------------------------------
+
+
+def test_resume_our_drain(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason=OURS), node_text(state="IDLE+NOT_RESPONDING")])
+    slurm.on(update("State=RESUME"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
+    assert argvs(slurm) == [show(), squeue(), update("State=RESUME"), show(), squeue()]
+    assert result["changed"] is True
+    assert result["drained_by_others"] is False
+    assert result["diff"] == {"before": {"state": "IDLE+DRAIN", "reason": OURS}, "after": {"state": "IDLE+NOT_RESPONDING", "reason": None}}
+
+
+def test_resume_without_rollout_id_accepts_any_of_our_rollouts(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(state="DOWN", reason="gpufleet:r9: reboot : reboot issued : reboot complete"), node_text()])
+    slurm.on(update("State=RESUME"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    assert update("State=RESUME") in argvs(slurm)
+    assert result["changed"] is True
+
+
+@pytest.mark.parametrize(("state", "reason"), [("IDLE+DRAIN", "hw ticket 123"), ("DOWN+DRAIN", "gpufleet:r0: failed"), ("DOWN", "Not responding")])
+def test_resume_never_touches_someone_elses_drain(slurm, run_module, state, reason):
+    slurm.on(show(), stdout=node_text(state=state, reason=reason, user="admin"))
+    for check in (False, True):
+        slurm.calls.clear()
+        slurm.warnings.clear()
+        result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"}, check_mode=check)
+        assert argvs(slurm) == [show(), squeue()] + ([] if check else [show(), squeue()])
+        assert result["changed"] is False
+        assert result["drained_by_others"] is True
+        assert result["after"]["reason"] == reason
+        assert any(reason in w and "not resumed" in w for w in slurm.warnings)
+
+
+def test_resume_force_resumes_someone_elses_drain_with_a_warning(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="hw ticket 123"), node_text(state="IDLE")])
+    slurm.on(update("State=RESUME"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "force": True})
+    assert update("State=RESUME") in argvs(slurm)
+    assert result["changed"] is True
+    assert result["drained_by_others"] is True
+    assert any("force" in w for w in slurm.warnings)
+
+
+@pytest.mark.parametrize("state", ["IDLE", "MIXED", "ALLOCATED", "IDLE+NOT_RESPONDING"])
+def test_resume_in_service_node_is_idempotent(slurm, run_module, state):
+    slurm.on(show(), stdout=node_text(state=state))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    assert result["changed"] is False
+    assert result["drained_by_others"] is False
+    assert all(call["argv"][1] != "update" for call in slurm.calls)
+
+
+def test_resume_check_mode(slurm, run_module):
+    slurm.on(show(), stdout=node_text(state="MIXED+DRAIN", reason=OURS))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"}, check_mode=True)
+    assert argvs(slurm) == [show(), squeue()]
+    assert result["changed"] is True
+    assert result["diff"]["after"] == {"state": "MIXED", "reason": None}
+
+
+# --- rebooted ------------------------------------------------------------------------------------------
+
+
+def test_reboot_asap_next_state_down(slurm, run_module, monkeypatch):
+    reason = "gpufleet:r1: driver 570"
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN+REBOOT_REQUESTED", reason=reason)])
+    slurm.on([SCONTROL, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", "busy-01"])
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "rebooted", "reason": "driver 570", "rollout_id": "r1"})
+    assert argvs(slurm)[2] == [SCONTROL, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", "busy-01"]
+    assert result["changed"] is True
+    # asked again while the reboot is pending: nothing to do
+    slurm.calls.clear()
+    sequence(slurm, monkeypatch, show(), [node_text(state="MIXED+DRAIN+REBOOT_REQUESTED", reason=reason)])
+    again = run_module(slurm_node.main, {"node": "busy-01", "state": "rebooted", "reason": "driver 570", "rollout_id": "r1"})
+    assert again["changed"] is False
+    assert argvs(slurm) == [show(), squeue(), show(), squeue()]
+
+
+# --- errors and defaults -------------------------------------------------------------------------------
+
+
+def test_unknown_node_fails_clearly(slurm, run_module):
+    slurm.on(show("nosuch"), rc=1, stdout=(OWN / "slurm" / "show_node_not_found.txt").read_text())
+    result = run_module(slurm_node.main, {"node": "nosuch", "state": "drained", "reason": "x"})
+    assert result["failed"] is True
+    assert result["msg"].startswith("Slurm does not know node nosuch: check NodeName")
+    assert result["rc"] == 1
+
+
+def test_scontrol_failure_is_reported(slurm, run_module):
+    slurm.on(show(), rc=1, stderr="slurm_load_node error: Unable to contact slurm controller (connect failure)")
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    assert result["failed"] is True
+    assert "Unable to contact slurm controller" in result["msg"]
+
+
+def test_node_defaults_to_the_short_hostname(slurm, run_module, monkeypatch):
+    monkeypatch.setattr(slurm_node.socket, "gethostname", lambda: "idle-07.cluster.example")
+    slurm.on(show("idle-07"), stdout=node_text(name="idle-07", state="IDLE"))
+    slurm.on(squeue("idle-07"))
+    result = run_module(slurm_node.main, {"state": "resumed"})
+    assert result["node"] == "idle-07"
+    assert argvs(slurm)[0] == show("idle-07")
+
+
+def test_without_squeue_jobs_are_none(commands, run_module):
+    commands.tool("scontrol")
+    commands.on(show(), stdout=node_text(state="IDLE"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    assert result["before"]["jobs"] is None
+
+
+def test_calls_run_under_coreutils_timeout_when_present(slurm, run_module):
+    slurm.tool("timeout")
+    slurm.on(["/usr/bin/timeout", "--kill-after=10", "60", *show()], stdout=node_text(state="IDLE"))
+    slurm.on(["/usr/bin/timeout", "--kill-after=10", "60", *squeue()])
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    assert result["changed"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"state": "drained"}, "reason"),
+        ({"state": "drained", "reason": "x", "rollout_id": "r 1; rm"}, "rollout_id"),
+        ({"state": "drained", "reason": "x", "owner_tag": "a:b"}, "owner_tag"),
+    ],
+)
+def test_bad_arguments(slurm, run_module, args, message):
+    result = run_module(slurm_node.main, {"node": "busy-01", **args})
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert slurm.calls == []
