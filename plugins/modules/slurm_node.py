@@ -11,7 +11,8 @@ short_description: Drain, resume or reboot a Slurm node, never touching a drain 
 version_added: 0.1.0
 description:
   - Takes a Slurm node out of service for maintenance and puts it back, with C(scontrol).
-  - O(state=drained) runs C(scontrol update NodeName=NODE State=DRAIN Reason=REASON). The reason starts with a marker naming the
+  - >-
+    O(state=drained) runs C(scontrol update NodeName=NODE State=DRAIN Reason=REASON). The reason starts with a marker naming the
     collection and the rollout (C(gpufleet:ROLLOUT_ID: REASON)), so that a later O(state=resumed) knows the drain is ours.
     With O(wait=true) the task waits until the node is C(DRAINED) (no job left); while jobs run it is C(DRAINING).
   - O(state=resumed) runs C(scontrol update NodeName=NODE State=RESUME) only when the node's reason carries our marker

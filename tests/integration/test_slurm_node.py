@@ -1,0 +1,205 @@
+"""slurm_node on simulated nodes with real Slurm (gpusim: slurmctld + one slurmd per node).
+
+Brings up tests/fixtures/slurm/fleet-slurm.yml (busy-01 and busy-02 run a sleep job, idle-01..03 are
+idle) once for the file and runs `ansible NODE -m gpufleet.lifecycle.slurm_node` on the nodes over
+SSH (the module runs on the node, node name = its short host name). Results are read with the json
+stdout callback; Slurm's view is read with scontrol on the controller (the fleet's SLURM_CONF).
+Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
+    .venv/bin/python -m pytest tests/integration/test_slurm_node.py -m integration -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+SPEC = TESTS / "fixtures" / "slurm" / "fleet-slurm.yml"
+PYTHON = REPO / ".venv" / "bin" / "python"
+ROLLOUT = "it-1"
+OURS = f"gpufleet:{ROLLOUT}: driver upgrade"
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated fleet needs root (namespaces, bind mounts, sshd)"),
+    pytest.mark.skipif(
+        not all(os.path.exists(f"/usr/sbin/{tool}") for tool in ("sshd", "slurmctld", "slurmd", "munged")),
+        reason="sshd/slurmctld/slurmd/munged missing: run tests/gpusim/install-deps.sh",
+    ),
+]
+
+
+def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers)."""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s:\n{out[-3000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    return run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, timeout=timeout)
+
+
+class Fleet:
+    def __init__(self, workdir: pathlib.Path):
+        self.workdir = workdir
+        self.inventory = workdir / "inventory" / "hosts.yml"
+        self.slurm_env = dict(os.environ, SLURM_CONF=str(workdir / "slurm" / "etc" / "slurm.conf"))
+
+    def module(self, pattern: str, args: dict, *, check: bool = False) -> dict[str, dict]:
+        """`ansible PATTERN -m gpufleet.lifecycle.slurm_node -a ARGS --diff` -> {host: result}."""
+        env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                   ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+        cmd = [str(REPO / ".venv/bin/ansible"), pattern, "-i", str(self.inventory), "-m", "gpufleet.lifecycle.slurm_node",
+               "-a", json.dumps(args), "--diff", *(["--check"] if check else [])]
+        proc = run(cmd, env=env, timeout=120)
+        try:
+            doc = json.loads(proc.stdout)
+        except ValueError:
+            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        hosts = doc["plays"][0]["tasks"][0]["hosts"]
+        assert not any(r.get("unreachable") for r in hosts.values()), hosts
+        return hosts
+
+    def scontrol(self, *args: str) -> str:
+        done = subprocess.run(["scontrol", *args], env=self.slurm_env, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def node(self, name: str) -> tuple[str, str | None]:
+        """(State=..., reason without the [user@time] suffix) as the controller sees them."""
+        line = self.scontrol("show", "node", "-o", name)
+        state = next(w.split("=", 1)[1] for w in line.split() if w.startswith("State="))
+        reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
+        return state, reason
+
+    def wait_state(self, name: str, accept, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.node(name)[0]
+            if accept(state):
+                return state
+            time.sleep(0.3)
+        pytest.fail(f"{name}: Slurm state stayed {state}")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("gpusim-slurm") / "fleet"
+    up = gpusim("up", "--spec", str(SPEC), workdir=workdir)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        fleet = Fleet(workdir)
+        for name in ("busy-01", "busy-02"):  # the spec's sleep jobs run
+            fleet.wait_state(name, lambda s: s == "MIXED")
+        yield fleet
+    finally:
+        down = gpusim("down", workdir=workdir)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+DRAIN = {"state": "drained", "reason": "driver upgrade", "rollout_id": ROLLOUT}
+
+
+def test_drain_busy_node_four_ways_then_wait_for_drained(fleet):
+    # check mode first: predicted change, nothing done
+    check = fleet.module("busy-01", DRAIN, check=True)["busy-01"]
+    assert not check.get("failed"), check
+    assert check["changed"] is True
+    assert fleet.node("busy-01") == ("MIXED", None)
+    assert check["diff"]["after"] == {"state": "MIXED+DRAIN", "reason": OURS}
+
+    real = fleet.module("busy-01", DRAIN)["busy-01"]
+    assert real["changed"] is True, real
+    assert real["after"]["drain_state"] == "draining"
+    assert [j["name"] for j in real["after"]["jobs"]] == ["sim-busy-01"]
+    assert fleet.node("busy-01") == ("MIXED+DRAIN", OURS)
+
+    for checking in (False, True):
+        again = fleet.module("busy-01", DRAIN, check=checking)["busy-01"]
+        assert again["changed"] is False, again
+        assert again["drained_by_others"] is False
+
+    # A short wait times out while the job runs: the task fails with the job, the drain stays.
+    timed_out = fleet.module("busy-01", dict(DRAIN, wait=True, timeout=2, poll_interval=1))["busy-01"]
+    assert timed_out["failed"] is True
+    assert "still draining after 2 s" in timed_out["msg"]
+    assert [j["name"] for j in timed_out["jobs"]] == ["sim-busy-01"]
+    assert fleet.node("busy-01") == ("MIXED+DRAIN", OURS)
+
+    # The job is cancelled from the controller while the module waits: it reaches DRAINED.
+    canceller = subprocess.Popen(["sh", "-c", "sleep 2; scancel -w busy-01"], env=fleet.slurm_env)
+    try:
+        waited = fleet.module("busy-01", dict(DRAIN, wait=True, timeout=60, poll_interval=1))["busy-01"]
+    finally:
+        canceller.wait(timeout=30)
+    assert not waited.get("failed"), waited
+    assert waited["changed"] is False
+    assert waited["waited_s"] >= 1
+    assert waited["after"]["drain_state"] == "drained"
+    assert waited["after"]["jobs"] == []
+    assert fleet.node("busy-01") == ("IDLE+DRAIN", OURS)
+
+
+def test_resume_our_drain_four_ways(fleet):
+    fleet.scontrol("update", "NodeName=idle-02", "State=DRAIN", f"Reason={OURS}")
+    args = {"state": "resumed", "rollout_id": ROLLOUT}
+    check = fleet.module("idle-02", args, check=True)["idle-02"]
+    assert check["changed"] is True
+    assert fleet.node("idle-02") == ("IDLE+DRAIN", OURS)
+    real = fleet.module("idle-02", args)["idle-02"]
+    assert real["changed"] is True, real
+    assert real["diff"]["before"] == {"state": "IDLE+DRAIN", "reason": OURS}
+    assert fleet.wait_state("idle-02", lambda s: s == "IDLE") == "IDLE"
+    for checking in (False, True):
+        again = fleet.module("idle-02", args, check=checking)["idle-02"]
+        assert again["changed"] is False, again
+
+
+def test_resume_busy_node_back_in_service(fleet):
+    fleet.module("busy-02", DRAIN)
+    assert fleet.node("busy-02") == ("MIXED+DRAIN", OURS)
+    resumed = fleet.module("busy-02", {"state": "resumed", "rollout_id": ROLLOUT})["busy-02"]
+    assert resumed["changed"] is True
+    assert fleet.wait_state("busy-02", lambda s: s == "MIXED") == "MIXED"
+
+
+@pytest.mark.parametrize("reason", ["hw ticket 4711: GPU 3 Xid 79", "gpufleet:other-rollout: failed validation"])
+def test_someone_elses_drain_is_neither_resumed_nor_overwritten(fleet, reason):
+    fleet.scontrol("update", "NodeName=idle-03", "State=DRAIN", f"Reason={reason}")
+    try:
+        for checking in (True, False):
+            result = fleet.module("idle-03", {"state": "resumed", "rollout_id": ROLLOUT}, check=checking)["idle-03"]
+            assert result["changed"] is False, result
+            assert result["drained_by_others"] is True
+            assert result["before"]["reason"] == reason
+            assert any("not resumed" in w for w in result.get("warnings", []))
+            assert fleet.node("idle-03") == ("IDLE+DRAIN", reason)
+        drained = fleet.module("idle-03", DRAIN)["idle-03"]
+        assert drained["changed"] is False
+        assert drained["drained_by_others"] is True
+        assert drained["before"]["reason_user"] == "root"
+        assert fleet.node("idle-03") == ("IDLE+DRAIN", reason)
+    finally:
+        fleet.scontrol("update", "NodeName=idle-03", "State=RESUME")
+
+
+def test_unknown_node_fails_clearly(fleet):
+    result = fleet.module("idle-01", {"node": "no-such-node", "state": "drained", "reason": "x"})["idle-01"]
+    assert result["failed"] is True
+    assert result["msg"].startswith("Slurm does not know node no-such-node")
