@@ -145,6 +145,25 @@ def test_audit_reports_the_drift_the_spec_declares(fleet, tmp_path):
     assert (tmp_path / "fleet-report.html").read_text().count('<tr class="drift">') >= 3
 
 
+def test_validate_holds_each_node_to_its_bom(fleet, tmp_path):
+    """playbooks/validate.yml (quick): the driver and GPU count come from the SKU's BOM; h100-04 (driver 550) fails, the rest pass."""
+    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
+    done = run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), str(REPO / "playbooks" / "validate.yml"),
+         "-e", f"gpufleet_report_dir={tmp_path}", "-f", "8"],
+        env=env, timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr  # one node failed its validation
+    report = json.loads((tmp_path / "validation-report.json").read_text())
+    failed = {node["name"]: node["failed_checks"] for node in report["nodes"] if node["status"] == "fail"}
+    assert set(failed) == {"h100-04"} and "driver_version" in failed["h100-04"]
+    h100_04 = next(node for node in report["nodes"] if node["name"] == "h100-04")
+    driver_check = next(check for check in h100_04["checks"] if check["name"] == "driver_version")
+    assert "550.90.07" in str(driver_check["observed"]) and "570.124.06" in str(driver_check["expected"])
+    gpu_count = next(check for check in h100_04["checks"] if check["name"] == "gpu_count")
+    assert gpu_count["status"] == "pass" and "8" in str(gpu_count["expected"])
+
+
 def test_each_node_has_its_own_hostname_driver_and_tools(fleet):
     for name in NODES:
         done = fleet.ssh(name, "hostname; command -v nvidia-smi; cat /proc/driver/nvidia/version; cat /proc/sys/kernel/osrelease")
