@@ -40,11 +40,13 @@ MODULE_USERS = {"nvidia": ("nvidia_modeset", "nvidia_uvm", "nvidia_peermem"),
 FAULT_KINDS = (
     "dkms_fail", "no_return", "gpu_missing", "xid79", "xid48", "xid119", "ecc_dbe", "fm_mismatch",
     "fm_inactive", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail", "psid_mismatch",
-    "gpu_process", "headers_missing",
+    "gpu_process", "headers_missing", "modules_busy",
 )
 # Kinds that describe a lasting condition the tools consult (kept in state["faults"]).
 _STANDING = {"dkms_fail", "no_return", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail",
-             "headers_missing"}
+             "headers_missing", "modules_busy"}
+# Standing kinds that a reboot ends (modules_busy: the process holding /dev/nvidia* dies with the node).
+_CLEARED_AT_BOOT = {"modules_busy"}
 # Kinds whose default trigger is the next boot rather than now.
 _DEFAULT_WHEN = {"no_return": "boot"}
 
@@ -300,6 +302,8 @@ def apply_fault(state: dict[str, Any], kind: str, **params: Any) -> dict[str, An
     - dcgm_fail(test="Memory", gpu=0, level=2), nccl_low(factor=0.4), thermal_slowdown(gpu=last)
     - flash_fail(target="gpu"|"nic"|"any", percent=40), psid_mismatch(nic=0, psid=...), gpu_process(gpu=0,
       pid, name, mem_mib), dkms_fail(), headers_missing(), no_return()
+    - modules_busy(module="nvidia", holder="Xorg", pid=2222): rmmod of that module refuses ("Module nvidia is in
+      use") although nvidia-smi lists no GPU process (a /dev/nvidia* handle held by a non-CUDA process); ends at boot
     Returns the state.
     """
     if kind not in FAULT_KINDS:
@@ -465,6 +469,7 @@ def boot(node_dir: Path | str) -> bool:
         state["kernel_log"] = []
         state["processes"] = []
         state["modules"] = []
+        state["faults"] = [f for f in state["faults"] if f["kind"] not in _CLEARED_AT_BOOT]
         for g in state["gpus"]:
             g["fell_off"] = False
             g["ecc"]["volatile_sbe"] = 0

@@ -19,12 +19,17 @@ def _users(state: dict[str, Any], mod: str) -> list[str]:
     return [m for m in st.MODULE_USERS.get(mod, ()) if m in state["modules"]]
 
 
+def _held(state: dict[str, Any], mod: str) -> int:
+    """Open handles on the module from outside nvidia-smi's view (the modules_busy fault: e.g. Xorg on /dev/nvidia0)."""
+    return sum(1 for f in state["faults"] if f["kind"] == "modules_busy" and f.get("module", "nvidia") == mod)
+
+
 def _in_use(state: dict[str, Any], mod: str) -> str | None:
     """None if removable, else the rmmod error."""
     users = _users(state, mod)
     if users:
         return f"rmmod: ERROR: Module {mod} is in use by: {' '.join(users)}"
-    if mod in ("nvidia", "nvidia_uvm") and state["processes"]:
+    if (mod in ("nvidia", "nvidia_uvm") and state["processes"]) or _held(state, mod):
         return f"rmmod: ERROR: Module {mod} is in use"
     if mod == "nvidia" and state["services"]["nvidia-persistenced"]["active"]:
         return f"rmmod: ERROR: Module {mod} is in use"
@@ -36,7 +41,7 @@ def lsmod_main(argv: list[str]) -> int:
     lines = ["Module                  Size  Used by"]
     for m in reversed(state["modules"]):
         users = _users(state, m)
-        count = len(users) + (len(state["processes"]) if m in ("nvidia", "nvidia_uvm") else 0)
+        count = len(users) + (len(state["processes"]) if m in ("nvidia", "nvidia_uvm") else 0) + _held(state, m)
         lines.append(f"{m:<19}{SIZES.get(m, 16384):>11}  {count}" + (f" {','.join(users)}" if users else ""))
     lines += ["ib_core               409600  8 rdma_cm,ib_ipoib,iw_cm,ib_umad,rdma_ucm,ib_uverbs,mlx5_ib,ib_cm"]
     out("\n".join(lines))
@@ -113,7 +118,7 @@ def uninstall_main(argv: list[str]) -> int:
     state = load()
     if not state["driver"]["version"]:
         fail("ERROR: No NVIDIA driver is currently installed.", 1, "out")
-    if state["processes"]:
+    if state["processes"] or _held(state, "nvidia"):
         fail("ERROR: An NVIDIA kernel module 'nvidia' appears to be in use. Please exit any programs that may be "
              "using the GPU(s) before uninstalling the driver.", 1, "out")
     ver = state["driver"]["version"]
