@@ -224,7 +224,9 @@ class DriverManager:
         if the_plan["fabricmanager"]["action"] in ("install", "upgrade", "downgrade") and "nvidia-fabricmanager" not in units:
             units.append("nvidia-fabricmanager")
         if self.reboot_required:
-            return  # the services start at boot with the new modules
+            # The old modules stay loaded until the reboot: bring back what runs on them (persistence,
+            # DCGM monitoring), but not the fabric manager, which is already the new version.
+            units = [u for u in units if u != "nvidia-fabricmanager"]
         failures = self.node.start(units)
         for unit, message in failures.items():
             if unit == "nvidia-fabricmanager":

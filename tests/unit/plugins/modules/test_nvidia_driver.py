@@ -344,7 +344,10 @@ def test_package_unload_refused_means_reboot_required(node, tmp_path, commands, 
     # the three modules that did unload are loaded again, nvidia first
     assert calls[calls.index(["/usr/bin/rmmod", "nvidia"]) + 1 : calls.index(install)] == [
         ["/usr/bin/modprobe", m] for m in ("nvidia_uvm", "nvidia_modeset", "nvidia_drm")]
-    assert ["/usr/bin/systemctl", "start", "nvidia-persistenced"] not in calls[calls.index(install):]
+    # The old modules stay loaded until the reboot: persistence comes back on them, the fabric manager does not.
+    after_install = calls[calls.index(install):]
+    assert ["/usr/bin/systemctl", "start", "nvidia-persistenced"] in after_install
+    assert not [c for c in after_install if c[:2] == ["/usr/bin/systemctl", "start"] and "nvidia-fabricmanager" in c]
 
 
 def test_installer_flags_from_r560():
