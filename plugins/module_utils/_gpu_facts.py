@@ -181,6 +181,11 @@ class GpuFactsCollector:
                     driver["loaded"] = True
                 elif parsed.get("driver_version") and parsed["driver_version"] != driver["version"] and not lost_but_answering:
                     smi_facts["nvidia_smi"] = "version_mismatch"
+            elif "version mismatch" in (out + err).lower():
+                # "Failed to initialize NVML: Driver/library version mismatch": the user-space driver was replaced
+                # beside the loaded kernel module and waits for a reboot (or module reload) to match it.
+                smi_facts["nvidia_smi"] = "version_mismatch"
+                smi_facts["nvidia_smi_message"] = (out or err).strip()
             elif rc in (NvidiaSmi.RC_NO_DRIVER, NvidiaSmi.RC_NO_DEVICE, NvidiaSmi.RC_GPU_LOST):
                 smi_facts["nvidia_smi"] = {NvidiaSmi.RC_NO_DRIVER: "no_driver", NvidiaSmi.RC_NO_DEVICE: "no_devices", NvidiaSmi.RC_GPU_LOST: "gpu_lost"}[rc]
                 smi_facts["nvidia_smi_message"] = (out or err).strip()

@@ -236,3 +236,14 @@ def test_fabric_manager_wrapper_without_program_is_not_installed(commands, node,
     commands.on([commands.binaries["nv-fabricmanager"], "--version"], rc=127, stderr="nv-fabricmanager: command not found\n")
     facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
     assert facts["fabricmanager"]["installed"] is False and facts["fabricmanager"]["version"] is None
+
+
+def test_library_version_mismatch_waiting_for_reboot_is_reported_not_failed(commands, node, run_module):
+    full_node(commands, node)
+    mismatch = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.124\n"
+    commands.on([commands.binaries["nvidia-smi"], "-q", "-x"], rc=18, stdout=mismatch)
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus"]})["ansible_facts"]["gpufleet"]
+    assert facts["nvidia_smi"] == "version_mismatch"
+    assert "Driver/library version mismatch" in facts["nvidia_smi_message"]
+    assert facts["driver"]["version"] == "550.90.07" and facts["driver"]["loaded"] is True  # the kernel module still loaded
+    assert facts["gpu_count"] == 0 and facts["pci_gpu_count"] == 2
