@@ -7,6 +7,7 @@ import pathlib
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_baseline as baseline
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_levels as levels
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_load as load
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_load import nccl_argv, parse_nvlink_status
 
 from tests.conftest import REAL, real_params
@@ -113,3 +114,75 @@ def test_ecc_growth_matches_gpus_by_uuid_not_position():
         {"index": 1, "uuid": "GPU-a", "ecc": {"aggregate_dbe": 2}, "remapped_rows": {"uncorrectable": 1}},
     ]}
     assert baseline.ecc_growth(baseline.snapshot(after_facts), before) == []
+
+
+# --------------------------------------------------------------------------- check_nvlink verdicts
+
+
+class FakeTools:
+    """ValidationTools stand-in: every tool answers ``argv`` from a table and records the call."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def tool(self, cls, option=None):
+        return self
+
+    def run(self, args, ok_rcs=(0,), timeout=None, data=None):
+        self.calls.append(list(args))
+        return self.answers[tuple(args)]
+
+
+def nvlink_ctx(text, nvswitch, rc=0):
+    tools = FakeTools({("nvlink", "-s"): (rc, text, "")})
+    return levels.Context({}, facts={"nvswitch": {"present": nvswitch, "count": 4 if nvswitch else 0}}, tools=tools)
+
+
+H100 = "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:04d})\n"
+LINKS_UP = "\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n"
+
+
+def test_nvlink_all_gpus_with_the_same_links_pass():
+    result = load.check_nvlink(nvlink_ctx(H100.format(i=0) + LINKS_UP + H100.format(i=1) + LINKS_UP, nvswitch=True))
+    assert result["status"] == "pass"
+    assert result["observed"]["active_links"] == {0: 2, 1: 2}
+    assert result["message"] == "2 NVLink links up on each of 2 GPUs"
+
+
+def test_nvlink_gpu_without_link_lines_counts_as_zero_links():
+    # GPU 1 prints only its header: it lost every link (the old check passed with "on each of 1 GPUs").
+    result = load.check_nvlink(nvlink_ctx(H100.format(i=0) + LINKS_UP + H100.format(i=1), nvswitch=False))
+    assert result["status"] == "fail"
+    assert result["observed"]["active_links"] == {0: 2, 1: 0}
+    assert result["expected"]["active_links_per_gpu"] == 2
+    assert "GPU 1 has 0" in result["message"]
+
+
+def test_nvlink_majority_count_is_the_expectation():
+    text = "".join(H100.format(i=i) + LINKS_UP for i in range(3)) + H100.format(i=3) + "\t Link 0: 26.562 GB/s\n"
+    result = load.check_nvlink(nvlink_ctx(text, nvswitch=True))
+    assert result["status"] == "fail"
+    assert result["observed"]["active_links"] == {0: 2, 1: 2, 2: 2, 3: 1}
+    assert result["expected"]["active_links_per_gpu"] == 2
+    assert "GPU 3 has 1" in result["message"] and "GPU 0" not in result["message"]
+
+
+def test_nvlink_nvswitch_node_without_any_link_fails_not_skips():
+    result = load.check_nvlink(nvlink_ctx(H100.format(i=0) + H100.format(i=1), nvswitch=True))
+    assert result["status"] == "fail"
+    assert result["observed"] == {"links": 0, "gpus": 2, "nvswitch": True}
+    assert "NVSwitch" in result["message"]
+
+
+def test_nvlink_without_nvswitch_and_without_links_is_skipped():
+    result = load.check_nvlink(nvlink_ctx(H100.format(i=0) + H100.format(i=1), nvswitch=False))
+    assert result["status"] == "skip"
+    assert "no NVLink" in result["message"]
+
+
+def test_nvlink_mig_gpus_are_skipped_even_on_nvswitch_nodes():
+    unsupported = "Nvlink queries are not supported for Devices in MIG mode\n"  # as a real H100 in MIG mode prints it
+    result = load.check_nvlink(nvlink_ctx(H100.format(i=0) + unsupported, nvswitch=True))
+    assert result["status"] == "skip"
+    assert "not supported" in result["message"]
