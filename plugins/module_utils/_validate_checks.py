@@ -307,6 +307,18 @@ def check_ecc(ctx):
     if problems:
         return check_result(name, FAIL, observed, expected, "; ".join(p["text"] for p in problems))
     total_dbe = sum((g.get("ecc") or {}).get("aggregate_dbe") or 0 for g in _gpus(ctx))
+    # With ECC off the counters stay empty: nothing above can fail, so say so rather than pass.
+    ecc_off = {
+        gpu.get("index"): gpu.get("ecc_mode_current")
+        for gpu in _gpus(ctx)
+        if str(gpu.get("ecc_mode_current") or "").strip().lower() == "disabled"
+    }
+    if ecc_off:
+        return check_result(
+            name, WARN, {"ecc_mode": ecc_off, "volatile_dbe": None}, dict(expected, ecc_mode="Enabled"),
+            "ECC is disabled on GPU {}: memory errors go undetected; data-centre GPUs should run with ECC on "
+            "(nvidia-smi -e 1, then reset the GPU or reboot)".format(", ".join(str(i) for i in ecc_off)),
+        )
     return check_result(
         name, PASS, {"volatile_dbe": 0, "aggregate_dbe": total_dbe}, expected,
         "no volatile double-bit ECC error, no pending row remap or page retirement" + (", no growth since the baseline" if ctx.baseline else ""),

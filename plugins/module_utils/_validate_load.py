@@ -303,6 +303,12 @@ def check_nccl(ctx):
 # --------------------------------------------------------------------------- gpu-burn
 
 
+def _expected_gpu_count(ctx):
+    """``expected_gpu_count``, else the GPUs nvidia-smi sees (None when unknown)."""
+    count = ctx.options.get("expected_gpu_count") or (ctx.facts or {}).get("gpu_count")
+    return int(count) if count else None
+
+
 def check_gpu_burn(ctx):
     name = "gpu_burn"
     seconds = int(ctx.options.get("burn_seconds") or 60)
@@ -327,12 +333,22 @@ def check_gpu_burn(ctx):
     known = [g for g in gflops if g is not None]
     ctx.measurements["gflops_min"] = min(known) if known else None
     faulty = [gpu["index"] for gpu in burn["gpus"] if gpu["ok"] is False or gpu.get("died") or gpu.get("errors")]
-    observed = {"result": burn["result"], "faulty_gpus": faulty, "gflops": gflops, "errors": [gpu["errors"] for gpu in burn["gpus"]]}
+    observed = {"result": burn["result"], "faulty_gpus": faulty, "gflops": gflops, "errors": [gpu["errors"] for gpu in burn["gpus"]],
+                "tested_gpus": len(burn["gpus"])}
     if burn["result"] == "fail" or faulty:
         return check_result(name, FAIL, observed, expected, "gpu-burn found computation errors on GPU {}: drain the node and test the GPU alone".format(
             ", ".join(str(i) for i in faulty)))
     if burn["result"] != "pass":
         return check_result(name, FAIL, observed, expected, f"gpu-burn did not finish (exit status {rc}): a worker died or the run was cut short")
+    gpu_count = _expected_gpu_count(ctx)
+    burn_args = [str(a) for a in ctx.options.get("burn_args") or []]
+    if gpu_count and "-i" not in burn_args and len(burn["gpus"]) < gpu_count:
+        # gpu-burn tests the GPUs CUDA sees: a GPU missing here is one CUDA cannot use.
+        return check_result(
+            name, FAIL, observed, dict(expected, tested_gpus=gpu_count),
+            "gpu-burn tested {} of {} GPUs: CUDA does not see every GPU (check CUDA_VISIBLE_DEVICES, nvidia-smi -q and dmesg for Xid)".format(
+                len(burn["gpus"]), gpu_count),
+        )
     return check_result(name, PASS, observed, expected, f"gpu-burn {seconds} s: every GPU OK, slowest {min(known) if known else 0:g} Gflop/s")
 
 

@@ -246,6 +246,34 @@ def test_ecc_volatile_dbe_remap_and_retirement_pending_fail():
     assert result["expected"] == {"volatile_dbe": 0, "remap_pending": False, "retirement_pending": False}
 
 
+def test_ecc_disabled_warns_with_observed_and_expected_mode():
+    facts = healthy_facts()
+    facts["gpus"][1]["ecc_mode_current"] = "Disabled"
+    facts["gpus"][1]["ecc"] = {"volatile_dbe": None, "aggregate_dbe": None}
+    facts["gpus"][0]["ecc_mode_current"] = "Enabled"
+    result = checks.check_ecc(ctx(facts))
+    assert result["status"] == "warn"
+    assert result["observed"] == {"ecc_mode": {1: "Disabled"}, "volatile_dbe": None}
+    assert result["expected"]["ecc_mode"] == "Enabled"
+    assert "ECC is disabled on GPU 1" in result["message"]
+
+
+def test_ecc_mode_unknown_is_not_a_warning():
+    # GPUs without ECC support report no mode (nvidia-smi prints N/A): nothing to turn on.
+    facts = healthy_facts()
+    for item in facts["gpus"]:
+        item["ecc_mode_current"] = None
+        item["ecc"] = {"volatile_dbe": None, "aggregate_dbe": None}
+    assert checks.check_ecc(ctx(facts))["status"] == "pass"
+
+
+def test_ecc_failure_outranks_disabled_mode():
+    facts = healthy_facts()
+    facts["gpus"][0]["ecc_mode_current"] = "Disabled"
+    facts["gpus"][1]["remapped_rows"]["pending"] = True
+    assert checks.check_ecc(ctx(facts))["status"] == "fail"
+
+
 def test_ecc_growth_since_baseline_fails():
     before = healthy_facts()
     after = copy.deepcopy(before)

@@ -186,3 +186,33 @@ def test_nvlink_mig_gpus_are_skipped_even_on_nvswitch_nodes():
     result = load.check_nvlink(nvlink_ctx(H100.format(i=0) + unsupported, nvswitch=True))
     assert result["status"] == "skip"
     assert "not supported" in result["message"]
+
+
+# --------------------------------------------------------------------------- check_gpu_burn: every GPU tested
+
+BURN = (OWN / "gpu_burn_2gpu_10s_pass.txt").read_text()  # "Tested 2 GPUs", both OK
+
+
+def burn_ctx(facts_gpus, **options):
+    tools = FakeTools({("10",): (0, BURN, ""), ("-i", "0", "10"): (0, BURN, "")})
+    return levels.Context(dict({"burn_seconds": 10}, **options), facts={"gpu_count": facts_gpus}, tools=tools)
+
+
+def test_gpu_burn_passes_when_it_tested_every_gpu():
+    result = load.check_gpu_burn(burn_ctx(2))
+    assert result["status"] == "pass"
+    assert result["observed"]["tested_gpus"] == 2
+
+
+@pytest.mark.parametrize(("facts_gpus", "options"), [(3, {}), (2, {"expected_gpu_count": 3})])
+def test_gpu_burn_fails_when_it_tested_fewer_gpus_than_the_node_has(facts_gpus, options):
+    result = load.check_gpu_burn(burn_ctx(facts_gpus, **options))
+    assert result["status"] == "fail"
+    assert result["observed"]["tested_gpus"] == 2
+    assert result["expected"]["tested_gpus"] == 3
+    assert "tested 2 of 3 GPUs" in result["message"]
+
+
+def test_gpu_burn_on_one_chosen_gpu_is_not_counted():
+    result = load.check_gpu_burn(burn_ctx(8, burn_args=["-i", "0"]))
+    assert result["status"] == "pass"
