@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validat
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import FactsError, GpuFactsCollector, Host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_common import FAIL, check_result, overall_status, summarize
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_common import FAIL, SKIP, check_result, overall_status, summarize
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
 # name -> (check function, level that first includes it); the order is the order checks run in.
@@ -43,6 +43,9 @@ CHECKS = {
     "gpu_burn": (load_checks.check_gpu_burn, "full"),
 }
 LEVELS = ("quick", "standard", "full")
+# Checks that load the GPUs: in check mode they are skipped, so that --check on a live node runs no job on it.
+LOAD_CHECKS = ("cuda_smoke", "dcgm_diag", "nccl_busbw", "gpu_burn")
+CHECK_MODE_MESSAGE = "not run in check mode (it loads the GPUs)"
 CHECK_NAMES = tuple(CHECKS)
 # dcgmi diag -r N used at each level unless dcgm_level says otherwise.
 DEFAULT_DCGM_LEVEL = {"quick": 2, "standard": 2, "full": 3}
@@ -131,7 +134,11 @@ class Validator:
         tools = load_checks.ValidationTools(self.module, self.paths, self.counter)
         ctx = Context(self.options, facts, error, self.baseline, tools, boot_time(self.host))
         results = []
+        check_mode = bool(getattr(self.module, "check_mode", False))
         for name in self.names:
+            if check_mode and name in LOAD_CHECKS:
+                results.append(check_result(name, SKIP, None, None, CHECK_MODE_MESSAGE))
+                continue
             check = CHECKS[name][0]
             try:
                 results.append(check(ctx))
@@ -153,4 +160,4 @@ class Validator:
         }
 
 
-__all__ = ["CHECKS", "CHECK_NAMES", "LEVELS", "Context", "Validator", "checks_for_level", "select_checks"]
+__all__ = ["CHECKS", "CHECK_MODE_MESSAGE", "CHECK_NAMES", "LEVELS", "LOAD_CHECKS", "Context", "Validator", "checks_for_level", "select_checks"]

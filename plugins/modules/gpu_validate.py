@@ -16,21 +16,37 @@ description:
   - "Checks, grouped in levels (each level includes the one before):
     V(quick) (read-only, no load, seconds): C(gpu_count) (nvidia-smi answers and sees O(expected_gpu_count) GPUs),
     C(driver_version), C(fabricmanager) (version equals O(expected_fabricmanager_version) and the service runs, on NVSwitch systems),
-    C(xid) (no critical Xid since boot or O(xid_since)), C(ecc) (no volatile double-bit error, no pending row remap or page retirement),
+    C(xid) (no critical Xid since boot or O(xid_since)), C(ecc) (no volatile double-bit error, no pending row remap or page retirement;
+    ECC disabled warns),
     C(temperature), C(clocks_event_reasons) (no thermal or power slowdown), C(pcie_link) (at maximum generation and width),
-    C(nvlink) (every link up);
+    C(nvlink) (every link up, the same number on every GPU, and links at all on NVSwitch systems);
     V(standard) (minutes): adds C(cuda_smoke) and C(dcgm_diag) (C(dcgmi diag -r 2));
     V(full) (tens of minutes, loads every GPU): adds C(dcgmi diag -r 3), C(nccl_busbw) (nccl-tests C(all_reduce_perf) bus bandwidth)
-    and C(gpu_burn)."
+    and C(gpu_burn) (every GPU of the node tested and OK)."
   - With O(baseline) (facts or a result from before the change), double-bit ECC counters, remapped rows, retired pages and Xid counts
     must not grow, and the NCCL bus bandwidth may not fall by more than O(baseline_busbw_tolerance_pct).
   - RV(measurements) holds the figures that the C(gpufleet.lifecycle.stragglers) filter compares across the fleet.
-  - The module only reads and measures; it changes nothing on the node, so it runs fully in check mode.
+  - The module only reads and measures; it changes nothing on the node. In check mode it runs the read-only checks and
+    skips those that load the GPUs (see the check_mode attribute).
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
-  - gpufleet.lifecycle.attributes.INFO_MODULE
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Runs every read-only check (the V(quick) level) as outside check mode.
+      - Skips C(cuda_smoke), C(dcgm_diag), C(nccl_busbw) and C(gpu_burn) with status V(skip) and a message saying
+        that they load the GPUs and are not run in check mode, so that C(--check) starts no load on a live node.
+  diff_mode:
+    support: N/A
+    details:
+      - This action does not modify state.
+  idempotent:
+    support: full
+    details:
+      - This action does not modify state.
 options:
   level:
     description:

@@ -97,6 +97,21 @@ def test_check_mode_runs_the_same_read_only_checks(node, tools, commands, run_mo
     assert len(commands.calls) == 5
 
 
+def test_check_mode_skips_the_checks_that_load_the_gpus(node, tools, commands, run_module):
+    result = run_module(gpu_validate.main, {"level": "full", "expected_gpu_count": 2, "cuda_smoke_command": ["/opt/smoke/vectorAdd"]},
+                        check_mode=True)
+    assert not result.get("failed"), result.get("msg")
+    checks = by_name(result)
+    for name in ("cuda_smoke", "dcgm_diag", "nccl_busbw", "gpu_burn"):
+        assert checks[name]["status"] == "skip"
+        assert checks[name]["message"] == "not run in check mode (it loads the GPUs)"
+    assert checks["nvlink"]["status"] == "pass"
+    assert result["status"] == "pass"
+    ran = [" ".join(argv) for argv in argvs(commands)]
+    assert len(ran) == 5  # the quick level's read-only commands only
+    assert not any(word in line for line in ran for word in ("dcgmi", "all_reduce_perf", "gpu_burn", "vectorAdd", "timeout"))
+
+
 def test_faulty_node_fails_the_right_checks_with_observed_and_expected(node, tools, commands, run_module):
     commands.on([tools["nvidia-smi"], "-q", "-x"], stdout=FAULTY_XML)
     commands.on([tools["dmesg"]], stdout=DMESG_XID79)
