@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DEFAULT_LOAD, DriverError, Node
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_package import FabricManagerPackage, PackageMethod
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError, diff, parse_checksum, plan
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError, diff, parse_checksum, plan, predict_reboot
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_runfile import RunfileMethod
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
 
@@ -71,7 +71,7 @@ class DriverManager:
         result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before}
         if not the_plan["changed"] or self.module.check_mode:
             result["after"] = before
-            result["reboot_required"] = the_plan["driver"]["action"] == "activate" and self.module.check_mode
+            result["reboot_required"] = bool(self.module.check_mode and predict_reboot(before, the_plan))
             result["commands_run"] = len(self.counter)
             return result
 
@@ -79,17 +79,32 @@ class DriverManager:
         self._record_start(before, the_plan)
         try:
             result["gpu_processes_killed"] = self._act(before, the_plan)
+            after = self.read_current()
+            self._verify(after, the_plan)
         except DriverError as exc:
-            self._record_end(the_plan, "failed", exc.msg)
-            exc.extra.setdefault("node_state", self._describe_node())
+            self._failed(the_plan, exc)
             raise
-        after = self.read_current()
-        self._verify(after, the_plan)
+        except (ToolError, ValueError) as exc:
+            # An unexpected tool failure or unreadable output (ParseError is a ValueError): still a failed
+            # change in the history, and a message with what the node is left with, not a traceback.
+            error = self._unexpected(exc)
+            self._failed(the_plan, error)
+            raise error from exc
         self._record_end(the_plan, "reboot_required" if self.reboot_required else "ok")
         result.update(after=after, reboot_required=self.reboot_required, commands_run=len(self.counter))
         if self.notes:
             result["warnings_text"] = self.notes
         return result
+
+    def _failed(self, the_plan, exc):
+        self._record_end(the_plan, "failed", exc.msg)
+        exc.extra.setdefault("node_state", self._describe_node())
+
+    @staticmethod
+    def _unexpected(exc):
+        if isinstance(exc, ToolError):
+            return DriverError.from_tool(exc, f"changing the driver failed: {exc.msg}. See node_state for what the node is left with")
+        return DriverError(f"changing the driver failed on output that does not read as expected: {exc}. See node_state for what the node is left with")
 
     def _prepare(self, the_plan):
         """Everything that can fail before the node is touched: runfile checksum, tools present."""
@@ -149,17 +164,22 @@ class DriverManager:
             return []
         killed = self.node.clear_gpu_processes(self.options["gpu_processes"], self.options["timeout"])
         services = before.get("services") or {}
-        stopped = [unit for unit in ("nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced") if services.get(unit) == "active"]
-        self.node.stop(stopped)
+        running = [unit for unit in ("nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced") if services.get(unit) == "active"]
+        stopped = []  # what was stopped so far: started again on every exit path, a failure to stop included
+        services_stopped = False
         unloaded = []
         reload_done = drv_action == "none"  # a fabric manager change alone keeps the modules
         try:
+            for unit in running:
+                self.node.stop([unit])
+                stopped.append(unit)
+            services_stopped = True
             if drv_action != "none":
                 loaded = self.node.loaded_modules()
                 unloaded, error = self.node.unload(loaded)
                 if error is not None:
-                    self._unload_failed(error, unloaded, drv_action)
-                    unloaded = []
+                    partly, unloaded = unloaded, []
+                    self._unload_failed(error, partly, drv_action)
             self._install(the_plan, drv_action, fm_action)
             if drv_action not in ("none", "remove") and not self.reboot_required:
                 error = self.node.load(unloaded or DEFAULT_LOAD)
@@ -171,21 +191,27 @@ class DriverManager:
             if not reload_done and unloaded:
                 # Something failed after the old modules were unloaded: put them back.
                 self.node.load(unloaded)
-            self._restart(stopped, drv_action, the_plan)
+            if services_stopped:
+                self._restart(stopped, drv_action, the_plan)
+            else:
+                # A unit would not stop: nothing else was touched, start again exactly what was stopped.
+                self._note_start_failures(self.node.start(stopped))
         return killed
 
     def _unload_failed(self, error, unloaded, drv_action):
         if unloaded:
             self.node.load(unloaded)
-        if isinstance(self.method, PackageMethod) and drv_action != "remove":
-            # Packages install beside the loaded modules: the new ones load at the next boot.
+        package = isinstance(self.method, PackageMethod) and drv_action != "remove"
+        if package and self.options.get("busy_modules") == "reboot":
+            # Chosen by the user: packages install beside the loaded modules, the new ones load at the next boot.
             self.reboot_required = True
             self.notes.append(f"the nvidia modules could not be unloaded ({error.msg}): the new driver is active after a reboot")
             return
+        hint = " (method: package can install beside them with busy_modules: reboot, and the node must then reboot)" if package else ""
         raise DriverError.from_tool(
             error,
             f"cannot unload the nvidia kernel modules ({error.msg}); nothing was installed and the previous driver is still loaded. "
-            "Something else holds the GPU (a process outside nvidia-smi's view, a display server): stop it, or reboot and retry",
+            "Something else holds the GPU (a process outside nvidia-smi's view, a display server): stop it, or reboot and retry" + hint,
         )
 
     def _install(self, the_plan, drv_action, fm_action):
@@ -227,11 +253,12 @@ class DriverManager:
             # The old modules stay loaded until the reboot: bring back what runs on them (persistence,
             # DCGM monitoring), but not the fabric manager, which is already the new version.
             units = [u for u in units if u != "nvidia-fabricmanager"]
-        failures = self.node.start(units)
+        self._note_start_failures(self.node.start(units), skip=("nvidia-fabricmanager",))  # the fabric manager is judged by _verify
+
+    def _note_start_failures(self, failures, skip=()):
         for unit, message in failures.items():
-            if unit == "nvidia-fabricmanager":
-                continue  # judged by _verify against the driver version
-            self.notes.append(f"{unit} did not start again: {message}")
+            if unit not in skip:
+                self.notes.append(f"{unit} did not start again: {message}")
 
     # -- after -------------------------------------------------------------------------------------
     def _verify(self, after, the_plan):

@@ -169,11 +169,34 @@ class Node:
 
     # -- GPU processes -----------------------------------------------------
     def gpu_processes(self):
+        """The processes that use the GPUs; DriverError when they cannot be listed.
+
+        Only a node without a loaded driver (no ``/proc/driver/nvidia/version``; nvidia-smi absent or
+        exit status 9) has no GPU processes. Any other failure (a GPU off the bus, an NVML error, a version
+        mismatch, a hang) says nothing about what runs there: acting on it would replace the driver under jobs.
+        """
+        driver_loaded = self.host.read("proc/driver/nvidia/version") is not None
         if not self.smi.available:
-            return []
-        rc, out, err = self.smi.run(["--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"], ok_rcs=None)
+            if not driver_loaded:
+                return []
+            raise DriverError(
+                "cannot list the GPU processes (the nvidia module is loaded but nvidia-smi was not found): nothing was changed; "
+                "install nvidia-smi (the driver's user space) or reboot the node, then retry"
+            )
+        args = ["--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"]
+        rc, out, err = self.smi.run(args, ok_rcs=None)
         if rc != 0:
-            return []  # no driver loaded: nothing can use a GPU
+            if rc == NvidiaSmi.RC_NO_DRIVER and not driver_loaded:
+                return []  # no driver loaded: nothing can use a GPU
+            raise DriverError(
+                f"cannot list the GPU processes (nvidia-smi exit status {rc}: {(err or out).strip()[:300] or 'no output'}): "
+                "nothing was changed; GPU jobs may still run on this node. Check nvidia-smi and dmesg (Xid errors, a GPU fallen "
+                "off the bus), drain the node, reboot it, and retry",
+                cmd=[self.smi.path, *args],
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
         try:
             return nvsmi_parser.parse_compute_apps_csv(out, list(APP_FIELDS))
         except ParseError as exc:
@@ -231,7 +254,9 @@ class Node:
             try:
                 self.systemctl.run(["stop", unit])
             except ToolError as exc:
-                raise DriverError.from_tool(exc, f"cannot stop {unit} before changing the driver: {exc.msg}") from exc
+                raise DriverError.from_tool(
+                    exc, f"cannot stop {unit} before changing the driver: {exc.msg}. Nothing was changed; the units stopped before it are started again"
+                ) from exc
 
     def start(self, units):
         """Start each unit; returns ``{unit: error message}`` for the ones that did not start."""

@@ -125,6 +125,21 @@ def plan(current, options):
     return result
 
 
+def predict_reboot(current, plan_result):
+    """Check mode's ``reboot_required``: whether the plan would need a reboot, as far as reading the node can tell.
+
+    True for ``activate`` (the installed driver is not the loaded one: the modules must be swapped and a
+    reboot does it when a reload cannot), and for any driver change while nvidia-smi says a GPU fell off the
+    bus (``gpu_lost``: only a reset or a reboot brings it back). Whether ``rmmod`` will succeed, or the new
+    modules will load, is known only by trying: a real run can still return ``reboot_required`` where this is False.
+    """
+    action = plan_result["driver"]["action"]
+    if action == "activate":
+        return True
+    driver_change = action not in ("none", "hold", "remove")
+    return driver_change and (current.get("driver") or {}).get("nvidia_smi") == "gpu_lost"
+
+
 def diff(plan_result):
     """``{before, after}`` of the small version dict for ``--diff``."""
     drv, fm = plan_result["driver"], plan_result["fabricmanager"]
@@ -136,4 +151,4 @@ def diff(plan_result):
     return {"before": before, "after": after}
 
 
-__all__ = ["PlanError", "branch", "diff", "fabricmanager_wanted", "parse_checksum", "plan", "version_key"]
+__all__ = ["PlanError", "branch", "diff", "fabricmanager_wanted", "parse_checksum", "plan", "predict_reboot", "version_key"]

@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import tempfile
+from urllib.parse import urlsplit, urlunsplit
 
 from ansible.module_utils.urls import fetch_url
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DriverError
@@ -18,6 +19,45 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import N
 # R560 renamed the flag that picks the kernel modules; older installers only know -m=kernel-open.
 MODULE_TYPE_FLAG_SINCE = 560
 _CHUNK = 1 << 20
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_url(url):
+    """``url`` without ``user:password@``, query string and fragment (presigned URLs carry their signature there).
+
+    Text that is not a URL (a local path) is returned unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<url not shown>"
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def redact_urls_in(text):
+    """``text`` with every URL in it passed through :func:`redact_url` (messages of the HTTP client)."""
+    return _URL.sub(lambda match: redact_url(match.group(0)), str(text or ""))
+
+
+class _RaisingModule:
+    """The module as fetch_url sees it: credentials sent with the first request, and a ``fail_json`` that
+    raises a DriverError with the URL redacted instead of ending the module with the URL in its result."""
+
+    def __init__(self, module, url):
+        self._module = module
+        self._url = url
+        self.params = dict(module.params, force_basic_auth=bool(module.params.get("url_username")))
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def fail_json(self, msg, **_kwargs):
+        raise DriverError(f"cannot download {redact_url(self._url)}: {redact_urls_in(msg)}. Nothing was changed. Check the URL or give a local path as source")
 
 
 def sha256_of(path):
@@ -87,13 +127,13 @@ class RunfileMethod:
         else:
             path = source
             if not os.path.isfile(path):
-                raise DriverError(f"runfile {path} does not exist on the node: copy it there first or give an https:// URL as source")
+                raise DriverError(f"runfile {redact_url(path)} does not exist on the node: copy it there first or give an https:// URL as source")
         actual = sha256_of(path)
         if actual != expected:
             if path != source:
                 os.unlink(path)
             raise DriverError(
-                f"checksum mismatch for {source}: sha256 is {actual}, expected {expected}. Nothing was changed. "
+                f"checksum mismatch for {redact_url(source)}: sha256 is {actual}, expected {expected}. Nothing was changed. "
                 "The file is damaged or not the one you meant: download it again from NVIDIA, or correct checksum",
                 sha256=actual,
             )
@@ -101,9 +141,12 @@ class RunfileMethod:
         return path
 
     def _download(self, url):
-        response, info = fetch_url(self.module, url, timeout=max(30, min(int(self.options["timeout"]), 3600)))
+        response, info = fetch_url(_RaisingModule(self.module, url), url, timeout=max(30, min(int(self.options["timeout"]), 3600)))
         if response is None or info.get("status") != 200:
-            raise DriverError(f"cannot download {url}: HTTP {info.get('status')} {info.get('msg')}. Check the URL or give a local path as source")
+            raise DriverError(
+                f"cannot download {redact_url(url)}: HTTP {info.get('status')} {redact_urls_in(info.get('msg'))}. Nothing was changed. "
+                "Check the URL (and url_username, url_password) or give a local path as source"
+            )
         fd, path = tempfile.mkstemp(prefix="nvidia-driver.", suffix=".run", dir=getattr(self.module, "tmpdir", None))
         with os.fdopen(fd, "wb") as handle:
             for chunk in iter(lambda: response.read(_CHUNK), b""):
@@ -126,4 +169,4 @@ class RunfileMethod:
             raise DriverError.from_tool(exc, f"nvidia-uninstall failed: {exc.msg}") from exc
 
 
-__all__ = ["RunfileMethod", "explain_failure", "installer_args", "sha256_of"]
+__all__ = ["RunfileMethod", "explain_failure", "installer_args", "redact_url", "redact_urls_in", "sha256_of"]

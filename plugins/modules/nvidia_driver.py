@@ -57,6 +57,16 @@ options:
     description:
       - Path on the node of C(NVIDIA-Linux-x86_64-<version>.run), or an C(https://) URL to download it from. Required with O(method=runfile).
     type: str
+  url_username:
+    description:
+      - User name for the download when O(source) is a URL, sent with the first request (HTTP basic authentication).
+      - Prefer this (with O(url_password)) to credentials written into O(source). The messages of the module never show the
+        C(user:password@) part or the query string of a URL (a presigned URL's signature), but the task's own arguments
+        (C(invocation) with C(-v)) do: keep secrets out of O(source) or set C(no_log) on the task.
+    type: str
+  url_password:
+    description: Password for the download when O(source) is a URL (with O(url_username)).
+    type: str
   checksum:
     description:
       - The sha256 of the runfile, as V(sha256:<hex>) or bare hex. Required with O(method=runfile). A mismatch fails before anything changes.
@@ -97,6 +107,17 @@ options:
     type: str
     choices: [refuse, wait, kill]
     default: refuse
+  busy_modules:
+    description:
+      - What to do when the nvidia kernel modules cannot be unloaded (C(rmmod) answers that a module is in use: something outside
+        nvidia-smi's view holds C(/dev/nvidia*), such as a display server or a process in another container).
+      - V(refuse) fails, installs nothing and leaves the previous driver loaded (the units stopped before are started again).
+      - V(reboot) (O(method=package) only) installs the packages beside the loaded modules and returns RV(reboot_required=true):
+        the libraries of the running driver are replaced under whatever holds the GPU, and the new driver is active after a reboot.
+        The runfile installer cannot install beside loaded modules, so O(method=runfile) always refuses.
+    type: str
+    choices: [refuse, reboot]
+    default: refuse
   timeout:
     description: Seconds allowed for the installer or the package manager, and for O(gpu_processes=wait).
     type: int
@@ -126,8 +147,10 @@ options:
 notes:
   - The runfile does not contain the fabric manager. On NVSwitch systems the module installs the package at the same version;
     when it cannot, it fails before touching the driver (set O(fabricmanager=skip) to manage it yourself).
-  - The modules are unloaded with C(rmmod), never forced. When they cannot be unloaded, the runfile method fails and changes nothing;
-    the package method installs the packages and returns RV(reboot_required=true).
+  - The modules are unloaded with C(rmmod), never forced. When they cannot be unloaded the module fails and changes nothing, unless
+    O(busy_modules=reboot) with O(method=package): then it installs the packages and returns RV(reboot_required=true).
+  - When nvidia-smi cannot list the GPU processes although a driver is loaded (a GPU fallen off the bus, an NVML error), the module
+    fails and changes nothing, whatever O(gpu_processes) says: it cannot tell that no job runs there.
 seealso:
   - module: gpufleet.lifecycle.gpu_facts
   - name: NVIDIA driver installation guide
@@ -149,6 +172,15 @@ EXAMPLES = r"""
     method: package
     gpu_processes: wait
     timeout: 600
+    busy_modules: reboot  # a display server holds the GPU: install beside it and reboot (see the next task)
+
+- name: Download the runfile with credentials (never written into the URL)
+  gpufleet.lifecycle.nvidia_driver:
+    version: 550.90.07
+    source: https://artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run
+    checksum: sha256:1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b
+    url_username: gpufleet
+    url_password: "{{ artifact_password }}"
 
 - name: Reboot when the modules could not be reloaded in place
   ansible.builtin.reboot:
@@ -165,7 +197,11 @@ plan:
     fabricmanager: {action: upgrade, before: 535.161.08, after: 550.90.07, managed: true}
     changed: true
 reboot_required:
-  description: True when the new modules could not be loaded in place; the node runs the new driver after a reboot.
+  description:
+    - True when the new modules could not be loaded in place; the node runs the new driver after a reboot.
+    - In check mode it is predicted from what the module reads: true when the plan is to activate an installed driver that is not
+      the loaded one, or to change the driver while a GPU has fallen off the bus. Whether C(rmmod) or C(modprobe) will succeed
+      is known only by trying, so a real run can still return true where check mode said false.
   returned: always
   type: bool
   sample: false
@@ -211,6 +247,8 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
     "method": {"type": "str", "choices": ["runfile", "package"], "default": "runfile"},
     "source": {"type": "str"},
+    "url_username": {"type": "str"},
+    "url_password": {"type": "str", "no_log": True},
     "checksum": {"type": "str"},
     "kernel_module": {"type": "str", "choices": ["open", "proprietary"], "default": "open"},
     "dkms": {"type": "bool", "default": True},
@@ -219,6 +257,7 @@ ARGUMENT_SPEC = {
     "persistenced": {"type": "bool", "default": True},
     "allow_downgrade": {"type": "bool", "default": False},
     "gpu_processes": {"type": "str", "choices": ["refuse", "wait", "kill"], "default": "refuse"},
+    "busy_modules": {"type": "str", "choices": ["refuse", "reboot"], "default": "refuse"},
     "timeout": {"type": "int", "default": 900},
     "package_manager": {"type": "str", "choices": ["auto", "apt", "dnf"], "default": "auto"},
     "package_release": {"type": "str", "default": "1"},

@@ -337,7 +337,8 @@ def test_package_unload_refused_means_reboot_required(node, tmp_path, commands, 
     commands.on(install)
     commands.on(["/usr/bin/apt-mark", "hold", "nvidia-driver-550-open"])
     n.hooks[tuple(install)] = lambda: commands.on(DPKG_QUERY, stdout="nvidia-driver-550-open 550.90.07-1 hi \n")
-    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)})
+    args = {"version": NEW, "method": "package", "package_manager": "apt", "busy_modules": "reboot", "state_file": str(n.state_file)}
+    result = run_module(nvidia_driver.main, args)
     assert not result.get("failed"), result
     assert result["reboot_required"] is True
     calls = n.argvs()
@@ -348,6 +349,155 @@ def test_package_unload_refused_means_reboot_required(node, tmp_path, commands, 
     after_install = calls[calls.index(install):]
     assert ["/usr/bin/systemctl", "start", "nvidia-persistenced"] in after_install
     assert not [c for c in after_install if c[:2] == ["/usr/bin/systemctl", "start"] and "nvidia-fabricmanager" in c]
+
+
+def test_package_unload_refused_installs_nothing_by_default(node, tmp_path, commands, run_module):
+    """busy_modules: refuse (the default): a holder of /dev/nvidia* keeps its libraries; the old modules and units come back."""
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout="nvidia-driver-535-open 535.161.08-1 hi \n")
+    commands.on(["/usr/bin/rmmod", "nvidia"], rc=1, stderr="rmmod: ERROR: Module nvidia is in use\n")
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)})
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot unload the nvidia kernel modules (rmmod failed with exit status 1: rmmod: ERROR: Module nvidia is in use)")
+    assert "nothing was installed and the previous driver is still loaded" in result["msg"] and "busy_modules: reboot" in result["msg"]
+    calls = n.argvs()
+    assert not any(c[0].endswith(("apt-get", "apt-mark")) for c in calls)
+    # The three modules that did unload are loaded again (once), then the stopped units start again.
+    after = calls[calls.index(["/usr/bin/rmmod", "nvidia"]) + 1 :]
+    reload = [["/usr/bin/modprobe", m] for m in ("nvidia_uvm", "nvidia_modeset", "nvidia_drm")]
+    starts = [["/usr/bin/systemctl", "start", u] for u in ("nvidia-persistenced", "nvidia-dcgm")]
+    assert after[: len(reload) + len(starts)] == reload + starts
+    assert result["node_state"]["driver_installed"] == OLD and result["node_state"]["driver_loaded"] == OLD
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+@pytest.mark.parametrize("policy", ["refuse", "wait", "kill"])
+def test_gpu_processes_unreadable_changes_nothing(node, tmp_path, commands, run_module, policy):
+    """nvidia-smi exit 15 (a GPU fell off the bus) on a node that runs jobs: no policy may read that as 'no processes'."""
+    n = node()
+    apt_tools(commands)
+    commands.on(SMI_APPS, rc=15, stderr="Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error\n",
+                stdout="424242, python3, GPU-5d3c0b8e-1a2b-3c4d-5e6f-708192a3b4c5, 30712\n")
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path, gpu_processes=policy, timeout=5))
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot list the GPU processes (nvidia-smi exit status 15: Unable to determine the device handle")
+    assert "nothing was changed" in result["msg"]
+    assert result["rc"] == 15 and result["cmd"] == SMI_APPS
+    assert n.argvs() == [*READ, SMI_APPS, *READ]  # read, list the processes, fail; read again for node_state
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+def test_service_that_will_not_stop_restores_the_ones_stopped(node, tmp_path, commands, run_module):
+    """DCGM stopped, the fabric manager will not: DCGM starts again and nothing else is touched."""
+    n = node()
+    apt_tools(commands)
+    commands.on(["/usr/bin/systemctl", "stop", "nvidia-fabricmanager"], rc=1, stderr="Job for nvidia-fabricmanager.service canceled.\n")
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot stop nvidia-fabricmanager before changing the driver")
+    assert "Nothing was changed" in result["msg"]
+    calls = n.argvs()
+    assert calls[len(READ) + 1 : len(READ) + 4] == [
+        ["/usr/bin/systemctl", "stop", "nvidia-dcgm"],
+        ["/usr/bin/systemctl", "stop", "nvidia-fabricmanager"],
+        ["/usr/bin/systemctl", "start", "nvidia-dcgm"],
+    ]
+    assert not any(c[0].endswith(("rmmod", "lsmod", "sh", "apt-get")) for c in calls)
+    assert ["/usr/bin/systemctl", "start", "nvidia-fabricmanager"] not in calls
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+@pytest.mark.parametrize(
+    ("lsmod", "message"),
+    [
+        ({"rc": 1, "stderr": "lsmod: ERROR: could not open '/proc/modules'\n"}, "changing the driver failed: lsmod failed with exit status 1"),
+        ({"stdout": "this is not lsmod output\n"}, "changing the driver failed on output that does not read as expected: lsmod: cannot read line"),
+    ],
+    ids=["tool-error", "parse-error"],
+)
+def test_unexpected_failure_is_recorded_and_explained(node, tmp_path, commands, run_module, lsmod, message):
+    n = node()
+    apt_tools(commands)
+    commands.on(["/usr/bin/lsmod"], **lsmod)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] is True
+    assert result["msg"].startswith(message)
+    assert result["node_state"]["driver_loaded"] == OLD
+    calls = n.argvs()
+    assert calls[calls.index(["/usr/bin/lsmod"]) + 1 :][:3] == START  # the stopped units come back
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+    assert json.loads(n.state_file.read_text())["history"][-1]["details"]["message"].startswith(message)
+
+
+# Test credentials, made up: they must not come back in any message.
+SECRET_URL = "https://fleet:hunter2@artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run?X-Amz-Signature=secret&X-Amz-Credential=AKIA"  # noqa: S105
+SHOWN_URL = "https://artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run"
+
+
+class _Body:
+    def __init__(self, data):
+        self.data = [data, b""]
+
+    def read(self, _size):
+        return self.data.pop(0)
+
+
+def _fetch_mismatch(module, url, **_kwargs):
+    return _Body(b"not the runfile"), {"status": 200, "msg": "OK", "url": url}
+
+
+def _fetch_forbidden(module, url, **_kwargs):
+    return None, {"status": 403, "msg": f"HTTP Error 403: Forbidden for {url}", "url": url}
+
+
+def _fetch_fails_module(module, url, **_kwargs):
+    module.fail_json(msg=f"Failed to validate the SSL certificate for {url}", url=url)
+
+
+@pytest.mark.parametrize("fetch", [_fetch_mismatch, _fetch_forbidden, _fetch_fails_module], ids=["checksum", "http-403", "fetch-fail-json"])
+def test_credentials_and_signature_never_appear_in_a_failure(node, tmp_path, commands, run_module, monkeypatch, fetch):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _driver_runfile
+
+    seen = {}
+
+    def fake_fetch(module, url, **kwargs):
+        seen.update(username=module.params["url_username"], force=module.params["force_basic_auth"])
+        return fetch(module, url, **kwargs)
+
+    monkeypatch.setattr(_driver_runfile, "fetch_url", fake_fetch)
+    n = node()
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path, source=SECRET_URL, checksum="sha256:" + "0" * 64, url_username="fleet", url_password="s3cr3t-pw")  # noqa: S106 (made up)
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert SHOWN_URL in result["msg"]
+    text = json.dumps(result)
+    for secret in ("hunter2", "X-Amz-Signature", "secret", "AKIA", "s3cr3t-pw", "fleet:"):
+        assert secret not in text, (secret, result["msg"])
+    assert seen == {"username": "fleet", "force": True}
+    assert n.argvs() == READ  # verified (or failed to download) before anything changed
+
+
+def test_check_mode_predicts_reboot_for_activation(node, tmp_path, commands, run_module):
+    """Package 550 installed beside loaded 535 modules: activating it is a reboot (predicted); a plain upgrade is not."""
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout="nvidia-driver-550-open 550.90.07-1 hi \n")
+    args = {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)}
+    result = run_module(nvidia_driver.main, args, check_mode=True)
+    assert (result["plan"]["driver"]["action"], result["reboot_required"]) == ("activate", True)
+    upgrade = run_module(nvidia_driver.main, dict(args, version="570.124.06"), check_mode=True)
+    assert (upgrade["plan"]["driver"]["action"], upgrade["reboot_required"]) == ("upgrade", False)
+
+
+def test_check_mode_predicts_reboot_when_a_gpu_fell_off_the_bus(node, tmp_path, commands, run_module):
+    n = node()
+    commands.on(SMI_VERSION, rc=15, stderr="Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error\n")
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path), check_mode=True)
+    assert result["before"]["driver"]["nvidia_smi"] == "gpu_lost"
+    assert (result["plan"]["driver"]["action"], result["reboot_required"]) == ("upgrade", True)
+    assert n.argvs() == READ
 
 
 def test_installer_flags_from_r560():
