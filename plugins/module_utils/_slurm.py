@@ -338,6 +338,33 @@ def _predict(node, action, want_reason):
     return _diff_view(node)
 
 
+def _recheck(slurm, step, desired, want_reason, force, result):
+    """Read the node again right before acting: a drain someone set since the first read wins over ours.
+
+    Slurm has no compare-and-set for a node's state, so this narrows the window between our read and
+    our update to one scontrol round trip (invariant: never overwrite someone else's drain reason).
+    Returns the step to carry out (``action`` None when we back off) and updates ``result``.
+    """
+    node = slurm.show()
+    fresh = plan(node, desired, want_reason, slurm.owned(node), force=force)
+    if fresh["action"] is None:
+        # Someone else's drain appeared (kept as it is), or the node already is as wanted: nothing to do.
+        if fresh["drained_by_others"]:
+            result["warnings_text"].append(
+                f"node {slurm.name} was taken out of service by someone else while this task prepared its {step['action']} "
+                f"({node['state']}, reason {node['reason']!r} set by {node['reason_user']} at {node['reason_time']}): "
+                "their drain is kept, nothing was changed"
+            )
+        result.update(changed=False, action=None, drained_by_others=fresh["drained_by_others"])
+        return fresh
+    if fresh["drained_by_others"] and not step["drained_by_others"]:
+        # force: the user asked to act on someone else's drain too; say so.
+        result["drained_by_others"] = True
+        if fresh["note"]:
+            result["warnings_text"].append(fresh["note"])
+    return step
+
+
 def run(module, params):
     """Read, plan, act, re-read. Returns the module result (``warnings_text`` for module.warn)."""
     slurm = SlurmNode(
@@ -360,6 +387,8 @@ def run(module, params):
     }
     check = module.check_mode
     if step["action"] and not check:
+        step = _recheck(slurm, step, desired, want_reason, params.get("force", False), result)
+    if step["action"] and not check:
         if step["action"] == "drain":
             slurm.update("State=DRAIN", f"Reason={want_reason}")
         elif step["action"] == "resume":
@@ -376,5 +405,9 @@ def run(module, params):
             raise
     after = before if check else slurm.read()
     result["after"] = after
+    if desired == "drained" and result["drained_by_others"]:
+        # Callers counting unavailable nodes see whether the other drain still waits for jobs, and which.
+        result["drain_state"] = after["drain_state"]
+        result["jobs"] = after["jobs"]
     result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], want_reason) if check else _diff_view(after)}
     return result

@@ -19,7 +19,10 @@ description:
     (and O(rollout_id) when given). A node drained or down for someone else is never resumed; the task reports
     RV(drained_by_others) and a warning with their reason.
   - A node already drained or down for someone else is left alone by O(state=drained) too (their reason is kept); the task
-    reports RV(drained_by_others=true) so that a rollout counts the node as unavailable and skips it.
+    reports RV(drained_by_others=true) so that a rollout counts the node as unavailable and skips it, with RV(drain_state)
+    and RV(jobs) of that node.
+  - The node is read again right before any C(scontrol update) or C(scontrol reboot); when someone else drained it since the
+    first read, the task backs off (their reason is kept, RV(drained_by_others=true), a warning) instead of overwriting it.
   - O(state=rebooted) runs C(scontrol reboot ASAP nextstate=DOWN reason=REASON NODE); Slurm drains the node, reboots it when it is idle
     (the cluster's C(RebootProgram)) and leaves it C(DOWN) with our reason, to be resumed after validation.
   - Runs on the node itself (O(node) defaults to its short host name) or on any Slurm client host (C(delegate_to)).
@@ -251,9 +254,18 @@ waited_s:
   returned: always
   type: float
   sample: 42.5
+drain_state:
+  description:
+    - With O(state=drained) on a node out of service for someone else, whether their drain still waits for jobs
+      (V(draining)), is complete (V(drained)), or is no drain (V(null), for example a C(DOWN) node).
+  returned: when O(state=drained) and RV(drained_by_others) is true
+  type: str
+  sample: draining
 jobs:
-  description: Jobs still running when the wait timed out.
-  returned: when the wait timed out
+  description:
+    - Jobs still running when the wait timed out.
+    - With O(state=drained) on a node out of service for someone else, the jobs on it (V(null) when C(squeue) is not installed).
+  returned: when the wait timed out, or when O(state=drained) and RV(drained_by_others) is true
   type: list
   elements: dict
   sample: [{id: "4711", user: alice, name: train-llm}]

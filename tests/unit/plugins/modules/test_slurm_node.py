@@ -88,11 +88,12 @@ def argvs(commands):
 
 
 def test_drain_runs_scontrol_update_with_our_reason(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason=OURS)])
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN", reason=OURS)])
     slurm.on(update("State=DRAIN", f"Reason={OURS}"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
     assert not result.get("failed"), result
-    assert argvs(slurm) == [show(), squeue(), update("State=DRAIN", "Reason=gpufleet:r1: driver upgrade"), show(), squeue()]
+    # read, read again right before the update, update, read after
+    assert argvs(slurm) == [show(), squeue(), show(), update("State=DRAIN", "Reason=gpufleet:r1: driver upgrade"), show(), squeue()]
     assert all(call["environ_update"]["LC_ALL"] == "C" for call in slurm.calls)
     assert result["changed"] is True
     assert result["action"] == "drain"
@@ -109,7 +110,7 @@ def test_drain_runs_scontrol_update_with_our_reason(slurm, run_module, monkeypat
 
 
 def test_drain_without_rollout_id_and_other_owner_tag(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason="fleetctl: fw")])
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN", reason="fleetctl: fw")])
     slurm.on(update("State=DRAIN", "Reason=fleetctl: fw"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "fw", "owner_tag": "fleetctl"})
     assert update("State=DRAIN", "Reason=fleetctl: fw") in argvs(slurm)
@@ -139,7 +140,7 @@ def test_drain_already_ours_is_idempotent(slurm, run_module):
 
 
 def test_drain_ours_with_other_text_updates_the_reason(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="gpufleet:r1: old"), node_text(state="IDLE+DRAIN", reason=OURS)])
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="gpufleet:r1: old")] * 2 + [node_text(state="IDLE+DRAIN", reason=OURS)])
     slurm.on(update("State=DRAIN", f"Reason={OURS}"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
     assert result["changed"] is True
@@ -161,17 +162,62 @@ def test_drain_keeps_someone_elses_drain(slurm, run_module, state, reason):
     assert result["before"]["reason_user"] == "admin"
     assert result["after"]["reason"] == reason
     assert any(reason in w for w in slurm.warnings)
+    # the caller sees how far their drain is and what still runs there
+    assert result["drain_state"] == {"IDLE+DRAIN": "drained", "DOWN+NOT_RESPONDING": None, "MIXED+DRAIN": "draining"}[state]
+    assert result["jobs"] == [{"id": "1", "user": "alice", "name": "train-llm"}]
+
+
+def test_drain_backs_off_when_someone_else_drains_between_read_and_update(slurm, run_module, monkeypatch):
+    admin = node_text(state="MIXED+DRAIN", reason="hw ticket 456", user="admin")
+    sequence(slurm, monkeypatch, show(), [node_text(), admin])
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True})
+    assert not result.get("failed"), result
+    # read, read again (their drain is there now), no update, no wait, read after
+    assert argvs(slurm) == [show(), squeue(), show(), show(), squeue()]
+    assert result["changed"] is False
+    assert result["action"] is None
+    assert result["drained_by_others"] is True
+    assert result["after"]["reason"] == "hw ticket 456"
+    assert result["drain_state"] == "draining"
+    assert result["jobs"] == [{"id": "1", "user": "alice", "name": "train-llm"}]
+    assert slurm.time.sleeps == []
+    assert any("hw ticket 456" in w and "admin" in w and "nothing was changed" in w for w in slurm.warnings)
+
+
+def test_resume_backs_off_when_someone_else_drains_between_read_and_update(slurm, run_module, monkeypatch):
+    admin = node_text(state="IDLE+DRAIN", reason="hw ticket 456", user="admin")
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason=OURS), admin])
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
+    assert argvs(slurm) == [show(), squeue(), show(), show(), squeue()]
+    assert result["changed"] is False
+    assert result["drained_by_others"] is True
+    assert "drain_state" not in result  # only with state=drained
+
+
+def test_reboot_backs_off_when_someone_else_drains_between_read_and_reboot(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason="hw ticket 456", user="admin")])
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "rebooted", "reason": "driver 570", "rollout_id": "r1"})
+    assert not any(argv[1] == "reboot" for argv in argvs(slurm))
+    assert result["changed"] is False
+    assert result["drained_by_others"] is True
+
+
+def test_drain_of_our_own_node_returns_no_drain_state(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN", reason=OURS)])
+    slurm.on(update("State=DRAIN", f"Reason={OURS}"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
+    assert "drain_state" not in result and "jobs" not in result
 
 
 def test_wait_polls_until_drained(slurm, run_module, monkeypatch):
     draining = node_text(state="MIXED+DRAIN", reason=OURS)
-    sequence(slurm, monkeypatch, show(), [node_text(), draining, draining, node_text(state="IDLE+COMPLETING+DRAIN", reason=OURS),
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), draining, draining, node_text(state="IDLE+COMPLETING+DRAIN", reason=OURS),
                                           node_text(state="IDLE+DRAIN", reason=OURS)])
     slurm.on(update("State=DRAIN", f"Reason={OURS}"))
     args = {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True, "poll_interval": 7}
     result = run_module(slurm_node.main, args)
     assert not result.get("failed"), result
-    assert argvs(slurm) == [show(), squeue(), update("State=DRAIN", f"Reason={OURS}"), show(), show(), show(), show(), show(), squeue()]
+    assert argvs(slurm) == [show(), squeue(), show(), update("State=DRAIN", f"Reason={OURS}"), show(), show(), show(), show(), show(), squeue()]
     assert slurm.time.sleeps == [7, 7, 7]
     assert result["waited_s"] == 21
     assert result["after"]["drain_state"] == "drained"
@@ -180,7 +226,7 @@ def test_wait_polls_until_drained(slurm, run_module, monkeypatch):
 
 def test_wait_timeout_fails_with_jobs_and_keeps_the_drain(slurm, run_module, monkeypatch):
     draining = node_text(state="MIXED+DRAIN", reason=OURS)
-    sequence(slurm, monkeypatch, show(), [node_text(), draining])
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), draining])
     slurm.on(update("State=DRAIN", f"Reason={OURS}"))
     args = {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True, "timeout": 30, "poll_interval": 10}
     result = run_module(slurm_node.main, args)
@@ -195,7 +241,7 @@ def test_wait_timeout_fails_with_jobs_and_keeps_the_drain(slurm, run_module, mon
 
 
 def test_wait_fails_when_someone_resumes_the_node_meanwhile(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN", reason=OURS), node_text()])
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN", reason=OURS), node_text()])
     slurm.on(update("State=DRAIN", f"Reason={OURS}"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1", "wait": True,
                                           "poll_interval": 1})
@@ -207,17 +253,18 @@ def test_wait_fails_when_someone_resumes_the_node_meanwhile(slurm, run_module, m
 
 
 def test_resume_our_drain(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason=OURS), node_text(state="IDLE+NOT_RESPONDING")])
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason=OURS), node_text(state="IDLE+DRAIN", reason=OURS),
+                                          node_text(state="IDLE+NOT_RESPONDING")])
     slurm.on(update("State=RESUME"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
-    assert argvs(slurm) == [show(), squeue(), update("State=RESUME"), show(), squeue()]
+    assert argvs(slurm) == [show(), squeue(), show(), update("State=RESUME"), show(), squeue()]
     assert result["changed"] is True
     assert result["drained_by_others"] is False
     assert result["diff"] == {"before": {"state": "IDLE+DRAIN", "reason": OURS}, "after": {"state": "IDLE+NOT_RESPONDING", "reason": None}}
 
 
 def test_resume_without_rollout_id_accepts_any_of_our_rollouts(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(state="DOWN", reason="gpufleet:r9: reboot : reboot issued : reboot complete"), node_text()])
+    sequence(slurm, monkeypatch, show(), [node_text(state="DOWN", reason="gpufleet:r9: reboot : reboot issued : reboot complete")] * 2 + [node_text()])
     slurm.on(update("State=RESUME"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
     assert update("State=RESUME") in argvs(slurm)
@@ -239,7 +286,7 @@ def test_resume_never_touches_someone_elses_drain(slurm, run_module, state, reas
 
 
 def test_resume_force_resumes_someone_elses_drain_with_a_warning(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="hw ticket 123"), node_text(state="IDLE")])
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="hw ticket 123")] * 2 + [node_text(state="IDLE")])
     slurm.on(update("State=RESUME"))
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "force": True})
     assert update("State=RESUME") in argvs(slurm)
@@ -270,10 +317,10 @@ def test_resume_check_mode(slurm, run_module):
 
 def test_reboot_asap_next_state_down(slurm, run_module, monkeypatch):
     reason = "gpufleet:r1: driver 570"
-    sequence(slurm, monkeypatch, show(), [node_text(), node_text(state="MIXED+DRAIN+REBOOT_REQUESTED", reason=reason)])
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN+REBOOT_REQUESTED", reason=reason)])
     slurm.on([SCONTROL, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", "busy-01"])
     result = run_module(slurm_node.main, {"node": "busy-01", "state": "rebooted", "reason": "driver 570", "rollout_id": "r1"})
-    assert argvs(slurm)[2] == [SCONTROL, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", "busy-01"]
+    assert argvs(slurm)[2:4] == [show(), [SCONTROL, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", "busy-01"]]
     assert result["changed"] is True
     # asked again while the reboot is pending: nothing to do
     slurm.calls.clear()
