@@ -73,6 +73,7 @@ PLAYBOOK = """
         flags: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'result'))) | gpufleet.lifecycle.stragglers }}"
       run_once: true
     - name: Save the result on the controller
+      check_mode: false  # also under --check, where the results are what the test reads
       ansible.builtin.copy:
         content: "{{ {'result': result, 'stragglers': flags} | to_json }}"
         dest: "{{ out }}/{{ prefix }}-{{ inventory_hostname }}.json"
@@ -102,7 +103,7 @@ def fleet(tmp_path_factory):
         _gpusim("down", "--workdir", str(fleetdir), check=False)
 
 
-def run(fleet, prefix, level, targets, use_baseline=False):
+def run(fleet, prefix, level, targets, use_baseline=False, check=False):
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=f"{ROOT / '.collections'}:{ROOT / '.venv/lib/python3.11/site-packages'}",
@@ -111,7 +112,8 @@ def run(fleet, prefix, level, targets, use_baseline=False):
     )
     extra = {"targets": ",".join(targets), "level": level, "out": str(fleet["out"]), "prefix": prefix, "use_baseline": use_baseline}
     proc = subprocess.run(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(fleet["inventory"]), str(fleet["playbook"]), "-e", json.dumps(extra)],
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(fleet["inventory"]), str(fleet["playbook"]), "-e", json.dumps(extra),
+         *(["--check"] if check else [])],
         check=False, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -193,3 +195,16 @@ def test_fault_observed_and_expected_values(faulty):
 def test_thermal_straggler_and_low_bandwidth_are_flagged(faulty):
     flags = faulty["full"]["val-08"]["stragglers"]
     assert {(f["name"], f["metric"]) for f in flags} == {("val-07", "gflops_min"), ("val-06", "busbw_gbps")}
+
+
+def test_check_mode_runs_no_load_check_on_faulty_nodes(faulty, fleet):
+    """--check at the full level: the read-only checks still find faults, the load checks are skipped (no DCGM, NCCL, burn)."""
+    saved = run(fleet, "check-full", "full", ["val-05", "val-06", "val-07"], use_baseline=True, check=True)
+    for node, data in saved.items():
+        checks = {c["name"]: c for c in data["result"]["checks"]}
+        for name in ("cuda_smoke", "dcgm_diag", "nccl_busbw", "gpu_burn"):
+            assert checks[name]["status"] == "skip", (node, checks[name])
+            assert checks[name]["message"] == "not run in check mode (it loads the GPUs)"
+        assert data["result"]["measurements"]["busbw_gbps"] is None
+    # val-05 (DCGM fault) and val-06 (low bandwidth) only show their faults under load
+    assert failed(saved) == {"val-05": [], "val-06": [], "val-07": ["temperature", "clocks_event_reasons"]}
