@@ -107,12 +107,13 @@ class Fleet:
         assert not any(r.get("unreachable") for r in hosts.values()), hosts
         return hosts
 
-    def role(self, targets: str, entry: str, extra: dict) -> subprocess.CompletedProcess:
+    def role(self, targets: str, entry: str, extra: dict, *, check: bool = False) -> subprocess.CompletedProcess:
         variables = {
             "targets": targets, "entry": entry, "nvidia_driver_state_file": STATE_FILE, "nvidia_driver_hold_kernel": False,
             "nvidia_driver_runfiles": self.runfiles, "nvidia_driver_reboot_timeout": 120, **extra,
         }
         cmd = [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), str(self.playbook), "-e", json.dumps(variables)]
+        cmd += ["--check"] if check else []
         return run(cmd, env=self.env(json_output=False), timeout=300)
 
     def node_dir(self, name: str) -> pathlib.Path:
@@ -343,6 +344,36 @@ def test_role_rollback_restores_the_previous_driver(fleet, role_rollback):
     # The rollback keeps the last known good record and logs a downgrade.
     assert fact["last_known_good"]["driver"]["version"] == OLD
     assert [(h["action"], h["after"], h["result"]) for h in fact["history"]][-2:] == [("downgrade", OLD, "started"), ("downgrade", OLD, "ok")]
+
+
+def assert_untouched(fleet: Fleet, host: str) -> None:
+    """The node still runs the old driver and fabric manager, and no node state file was written."""
+    assert fleet.smi_version(host) == OLD
+    assert fleet.sim(host)["driver"]["version"] == OLD
+    assert fleet.fabricmanager(host) == (OLD, "active")
+    assert not (fleet.node_dir(host) / "gpufleet.fact").exists()
+
+
+def test_role_main_in_check_mode_plans_and_changes_nothing(fleet):
+    proc = fleet.role("check-hgx", "main", {"nvidia_driver_version": NEW}, check=True)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
+    assert "changed: [check-hgx]" in out.split(f"TASK [gpufleet.lifecycle.nvidia_driver : Install NVIDIA driver {NEW}]", 1)[1].split("TASK [", 1)[0]
+    # Nothing was installed: the verification, which would see the old driver, is skipped.
+    for name in ("Check that the driver answers with the expected version", "Check that the fabric manager matches the driver on NVSwitch systems"):
+        assert re.search(re.escape(name) + r"\] \*+\nskipping: \[check-hgx\]", out), name
+    assert "check-hgx                  : ok=" in out and "failed=0" in out
+    assert_untouched(fleet, "check-hgx")
+
+
+def test_role_main_refuses_a_working_driver_without_a_runfile_to_roll_back_to(fleet):
+    """Runfile method: 550.90.07 works now and would become the last known good, but no runfile for it is listed."""
+    proc = fleet.role("check-hgx", "main", {"nvidia_driver_version": NEW, "nvidia_driver_runfiles": {NEW: fleet.runfiles[NEW]}})
+    out = proc.stdout
+    assert proc.returncode != 0
+    assert f"driver {OLD} works on this node now and becomes its last known good version" in out
+    assert f"Install NVIDIA driver {NEW}" not in out
+    assert_untouched(fleet, "check-hgx")
 
 
 # --- failures leave the old driver working -------------------------------------------------------

@@ -8,8 +8,10 @@ nvidia-fabricmanager-550 on the NVSwitch nodes, held), the way a node provisione
   upgrades to 570.124.06 in four steps (check, real, idempotent, idempotent check) with the node's simulated
   apt-get / apt-mark / dpkg-query; the packages end held (`apt-mark showhold` over SSH); a hold released over
   SSH is reported (check and real) and restored.
-- boot-hgx carries the modules_busy fault (a /dev/nvidia* handle outside nvidia-smi's view: rmmod answers
-  "Module nvidia is in use"): the role's main entry point installs the packages beside the loaded modules,
+- busy-pcie carries the modules_busy fault (a /dev/nvidia* handle outside nvidia-smi's view: rmmod answers
+  "Module nvidia is in use"): with the default busy_modules: refuse the module fails and installs nothing.
+- boot-hgx carries the same fault: the role's main entry point with nvidia_driver_busy_modules: reboot installs the
+  packages beside the loaded modules,
   the module returns reboot_required, the role's handler reboots the node exactly once
   (ansible.builtin.reboot through the simulator's supervisor) and the role's verification passes on the new driver.
 
@@ -263,6 +265,24 @@ def test_released_hold_is_detected_and_restored(fleet, rehold):
     assert fleet.sim("pkg-hgx")["boot_count"] == 0
 
 
+# --- modules that cannot be unloaded in place: refused by default ---------------------------------------
+
+def test_busy_modules_refused_by_default(fleet):
+    result = fleet.module("busy-pcie", dict(PACKAGE, version=NEW))["busy-pcie"]
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"].startswith("cannot unload the nvidia kernel modules (rmmod failed with exit status 1: ")
+    assert "Module nvidia is in use" in result["msg"] and "nothing was installed" in result["msg"]
+    assert result["node_state"]["driver_installed"] == OLD and result["node_state"]["driver_loaded"] == OLD
+    # Nothing installed: the holder of /dev/nvidia* keeps the libraries it runs on, and the old driver answers.
+    assert fleet.smi_version("busy-pcie") == OLD
+    assert fleet.ssh_ok("busy-pcie", "dpkg-query -W -f='${Package} ${Version}\\n' 'nvidia-*'") == f"nvidia-driver-550-open {OLD}-1\n"
+    sim = fleet.sim("busy-pcie")
+    assert (sim["driver"]["version"], sim["driver"]["staged"], sim["boot_count"]) == (OLD, None, 0)
+    assert "nvidia" in sim["modules"]
+    assert sim["services"]["nvidia-persistenced"]["active"] and sim["services"]["nvidia-dcgm"]["active"]
+    assert [h["result"] for h in fleet.fact("busy-pcie")["history"]] == ["started", "failed"]
+
+
 # --- the role's reboot path: modules that cannot be unloaded in place -----------------------------------
 
 def tasks(doc: dict, name: str) -> list[dict[str, dict]]:
@@ -273,7 +293,8 @@ def tasks(doc: dict, name: str) -> list[dict[str, dict]]:
 @pytest.fixture(scope="module")
 def rebooted(fleet):
     before = {"sim": fleet.sim("boot-hgx"), "boot_id": fleet.boot_id("boot-hgx")}
-    doc = fleet.role("boot-hgx", {"nvidia_driver_version": NEW, "nvidia_driver_method": "package", "nvidia_driver_package_manager": "apt"})
+    doc = fleet.role("boot-hgx", {"nvidia_driver_version": NEW, "nvidia_driver_method": "package", "nvidia_driver_package_manager": "apt",
+                                  "nvidia_driver_busy_modules": "reboot"})
     return before, doc
 
 
