@@ -62,7 +62,7 @@ options:
       - User name for the download when O(source) is a URL, sent with the first request (HTTP basic authentication).
       - Prefer this (with O(url_password)) to credentials written into O(source). The messages of the module never show the
         C(user:password@) part or the query string of a URL (a presigned URL's signature), but the task's own arguments
-        (C(invocation) with C(-v)) do: keep secrets out of O(source) or set C(no_log) on the task.
+        (C(invocation) with C(-v)) do; keep secrets out of O(source) or set C(no_log) on the task.
     type: str
   url_password:
     description: Password for the download when O(source) is a URL (with O(url_username)).
@@ -109,10 +109,10 @@ options:
     default: refuse
   busy_modules:
     description:
-      - What to do when the nvidia kernel modules cannot be unloaded (C(rmmod) answers that a module is in use: something outside
+      - What to do when the nvidia kernel modules cannot be unloaded (C(rmmod) answers that a module is in use; something outside
         nvidia-smi's view holds C(/dev/nvidia*), such as a display server or a process in another container).
       - V(refuse) fails, installs nothing and leaves the previous driver loaded (the units stopped before are started again).
-      - V(reboot) (O(method=package) only) installs the packages beside the loaded modules and returns RV(reboot_required=true):
+      - V(reboot) (O(method=package) only) installs the packages beside the loaded modules and returns RV(reboot_required=true);
         the libraries of the running driver are replaced under whatever holds the GPU, and the new driver is active after a reboot.
         The runfile installer cannot install beside loaded modules, so O(method=runfile) always refuses.
     type: str
@@ -148,9 +148,9 @@ notes:
   - The runfile does not contain the fabric manager. On NVSwitch systems the module installs the package at the same version;
     when it cannot, it fails before touching the driver (set O(fabricmanager=skip) to manage it yourself).
   - The modules are unloaded with C(rmmod), never forced. When they cannot be unloaded the module fails and changes nothing, unless
-    O(busy_modules=reboot) with O(method=package): then it installs the packages and returns RV(reboot_required=true).
+    O(busy_modules=reboot) with O(method=package), which installs the packages and returns RV(reboot_required=true).
   - When nvidia-smi cannot list the GPU processes although a driver is loaded (a GPU fallen off the bus, an NVML error), the module
-    fails and changes nothing, whatever O(gpu_processes) says: it cannot tell that no job runs there.
+    fails and changes nothing, whatever O(gpu_processes) says, since it cannot tell that no job runs there.
 seealso:
   - module: gpufleet.lifecycle.gpu_facts
   - name: NVIDIA driver installation guide
@@ -199,7 +199,7 @@ plan:
 reboot_required:
   description:
     - True when the new modules could not be loaded in place; the node runs the new driver after a reboot.
-    - In check mode it is predicted from what the module reads: true when the plan is to activate an installed driver that is not
+    - In check mode it is predicted from what the module reads. It is true when the plan is to activate an installed driver that is not
       the loaded one, or to change the driver while a GPU has fallen off the bus. Whether C(rmmod) or C(modprobe) will succeed
       is known only by trying, so a real run can still return true where check mode said false.
   returned: always
