@@ -7,75 +7,29 @@ Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from gpusim import node as gnode  # noqa: E402
+from fleet import REPO, TESTS, fleet_up, needs_fleet
+from fleet import Fleet as BaseFleet
+from fleet import gpusim as fleet_gpusim
+from gpusim import node as gnode
 
 SPEC = TESTS / "gpusim" / "specs" / "e2e-8.yml"
 NODES = ["h100-01", "h100-02", "h100-03", "h100-04", "h200-01", "h200-02", "h200-03", "h200-04"]
-PYTHON = REPO / ".venv" / "bin" / "python"
-ANSIBLE = REPO / ".venv" / "bin" / "ansible"
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated fleet needs root (namespaces, bind mounts, sshd)"),
-    pytest.mark.skipif(
-        not all(os.path.exists(f"/usr/sbin/{tool}") for tool in ("sshd", "slurmctld", "slurmd", "munged")),
-        reason="sshd/slurmctld/slurmd/munged missing: run tests/gpusim/install-deps.sh",
-    ),
-]
+pytestmark = needs_fleet()
 
 
-def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers)."""
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s:\n{out}\n{err}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+def gpusim(*args: str, workdir: pathlib.Path) -> subprocess.CompletedProcess:
+    """`python -m gpusim` with this file's longer timeout (eight nodes)."""
+    return fleet_gpusim(*args, workdir=workdir, timeout=300)
 
 
-def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(TESTS))
-    return run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, timeout=timeout)
-
-
-class Fleet:
-    def __init__(self, workdir: pathlib.Path):
-        self.workdir = workdir
-        self.record = json.loads((workdir / "fleet.json").read_text())
-        self.address = {r["name"]: r["address"] for r in self.record["nodes"]}
-        self.inventory = workdir / "inventory" / "hosts.yml"
-        self.slurm_env = dict(os.environ, SLURM_CONF=str(workdir / "slurm" / "etc" / "slurm.conf"))
-
-    def ssh(self, name: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["ssh", "-i", str(self.workdir / "ssh" / "id_ed25519"), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", str(self.record["ssh_port"]), f"root@{self.address[name]}", command],
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
-
-    def ansible(self, pattern: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-        return run([str(ANSIBLE), pattern, "-i", str(self.inventory), *args], env=env, timeout=timeout)
-
+class Fleet(BaseFleet):
     def slurm_state(self, name: str, via: str = "h100-02") -> tuple[str, str]:
         """(scontrol State=..., sinfo %T) of a node, asked from inside another node over SSH."""
         done = self.ssh(via, f"scontrol show node {name}; echo SINFO $(sinfo -h -N -n {name} -o %T)")
@@ -97,14 +51,8 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("gpusim") / "fleet"
-    done = gpusim("up", "--spec", str(SPEC), workdir=workdir)
-    try:
-        assert done.returncode == 0, f"gpusim up failed:\n{done.stdout}\n{done.stderr}"
+    with fleet_up(SPEC, tmp_path_factory.mktemp("gpusim") / "fleet", timeout=300, check_down=False) as workdir:
         yield Fleet(workdir)
-    finally:
-        if workdir.exists():
-            gpusim("down", workdir=workdir)
 
 
 def test_ansible_ping_every_node(fleet):
@@ -116,12 +64,7 @@ def test_ansible_ping_every_node(fleet):
 
 def test_audit_reports_the_drift_the_spec_declares(fleet, tmp_path):
     """playbooks/audit.yml over SSH: the report's drift is exactly what e2e-8.yml puts on the fleet."""
-    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
-    done = run(
-        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), str(REPO / "playbooks" / "audit.yml"),
-         "-e", f"gpufleet_report_dir={tmp_path}", "-f", "8"],
-        env=env, timeout=300,
-    )
+    done = fleet.ansible_playbook(REPO / "playbooks" / "audit.yml", "-e", f"gpufleet_report_dir={tmp_path}", "-f", "8")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "8 nodes: 5 match their BOM, 3 drift, 0 could not be read, 0 unreachable" in done.stdout
     report = json.loads((tmp_path / "fleet-report.json").read_text())
@@ -147,12 +90,7 @@ def test_audit_reports_the_drift_the_spec_declares(fleet, tmp_path):
 
 def test_validate_holds_each_node_to_its_bom(fleet, tmp_path):
     """playbooks/validate.yml (quick): the driver and GPU count come from the SKU's BOM; h100-04 (driver 550) fails, the rest pass."""
-    env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
-    done = run(
-        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(fleet.inventory), str(REPO / "playbooks" / "validate.yml"),
-         "-e", f"gpufleet_report_dir={tmp_path}", "-f", "8"],
-        env=env, timeout=300,
-    )
+    done = fleet.ansible_playbook(REPO / "playbooks" / "validate.yml", "-e", f"gpufleet_report_dir={tmp_path}", "-f", "8")
     assert done.returncode == 2, done.stdout + done.stderr  # one node failed its validation
     report = json.loads((tmp_path / "validation-report.json").read_text())
     failed = {node["name"]: node["failed_checks"] for node in report["nodes"] if node["status"] == "fail"}

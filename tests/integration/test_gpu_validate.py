@@ -8,20 +8,16 @@ controller, and asserts on the saved results.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
 
 import pytest
+from fleet import REPO, TESTS, Fleet, ansible_env, fleet_up, gpusim, needs_fleet
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-SPEC = ROOT / "tests" / "fixtures" / "validate" / "fleet-validate-9.yml"
+SPEC = TESTS / "fixtures" / "validate" / "fleet-validate-9.yml"
 NODES = [f"val-{i:02d}" for i in range(1, 10)]
 DRIVER = "570.124.06"
 
-pytestmark = pytest.mark.integration
+pytestmark = needs_fleet(slurm=False)
 
 # node -> (fault kind, params) injected after the baseline run
 FAULTS = {
@@ -82,44 +78,31 @@ PLAYBOOK = """
 """.replace("@DRIVER@", DRIVER)
 
 
-def _gpusim(*args, check=True):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
-    return subprocess.run([sys.executable, "-m", "gpusim", *args], cwd=ROOT / "tests", env=env, check=check, capture_output=True, text=True)
+class ValidateFleet(Fleet):
+    def __init__(self, workdir: pathlib.Path, playbook: pathlib.Path, out: pathlib.Path):
+        super().__init__(workdir)
+        self.playbook = playbook
+        self.out = out
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    if os.geteuid() != 0 or (not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd")):
-        pytest.skip("the simulated fleet needs root and sshd (tests/gpusim/install-deps.sh)")
     workdir = tmp_path_factory.mktemp("gpusim-validate")
-    fleetdir = workdir / "fleet"
-    _gpusim("up", "--spec", str(SPEC), "--workdir", str(fleetdir))
-    out = workdir / "out"
-    out.mkdir()
-    (workdir / "validate.yml").write_text(PLAYBOOK)
-    try:
-        yield {"dir": fleetdir, "inventory": fleetdir / "inventory" / "hosts.yml", "playbook": workdir / "validate.yml", "out": out}
-    finally:
-        _gpusim("down", "--workdir", str(fleetdir), check=False)
+    with fleet_up(SPEC, workdir / "fleet", timeout=600, check_down=False) as fleetdir:
+        out = workdir / "out"
+        out.mkdir()
+        (workdir / "validate.yml").write_text(PLAYBOOK)
+        yield ValidateFleet(fleetdir, workdir / "validate.yml", out)
 
 
 def run(fleet, prefix, level, targets, use_baseline=False, check=False):
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=f"{ROOT / '.collections'}:{ROOT / '.venv/lib/python3.11/site-packages'}",
-        ANSIBLE_HOST_KEY_CHECKING="False",
-        ANSIBLE_FORKS="10",
-    )
-    extra = {"targets": ",".join(targets), "level": level, "out": str(fleet["out"]), "prefix": prefix, "use_baseline": use_baseline}
-    proc = subprocess.run(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(fleet["inventory"]), str(fleet["playbook"]), "-e", json.dumps(extra),
-         *(["--check"] if check else [])],
-        check=False, env=env, capture_output=True, text=True, timeout=600,
-    )
+    env = ansible_env(ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}", ANSIBLE_FORKS="10")
+    extra = {"targets": ",".join(targets), "level": level, "out": str(fleet.out), "prefix": prefix, "use_baseline": use_baseline}
+    proc = fleet.ansible_playbook(fleet.playbook, "-e", json.dumps(extra), *(["--check"] if check else []), env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     saved = {}
     for node in targets:
-        saved[node] = json.loads((fleet["out"] / f"{prefix}-{node}.json").read_text())
+        saved[node] = json.loads((fleet.out / f"{prefix}-{node}.json").read_text())
     return saved
 
 
@@ -132,7 +115,7 @@ def healthy(fleet):
     """Every level on the healthy fleet; the quick results become each node's baseline."""
     results = {level: run(fleet, f"healthy-{level}", level, NODES if level != "full" else FULL_NODES) for level in ("quick", "standard", "full")}
     for node, data in results["quick"].items():
-        (fleet["out"] / f"baseline-{node}.json").write_text(json.dumps(data["result"]))
+        (fleet.out / f"baseline-{node}.json").write_text(json.dumps(data["result"]))
     return results
 
 
@@ -149,7 +132,8 @@ def test_healthy_nodes_pass_at_each_level(healthy, level):
 @pytest.fixture(scope="module")
 def faulty(fleet, healthy):
     for node, (kind, params) in FAULTS.items():
-        _gpusim("fault", "--workdir", str(fleet["dir"]), node, kind, *[f"{k}={v}" for k, v in params.items()])
+        done = gpusim("fault", node, kind, *[f"{k}={v}" for k, v in params.items()], workdir=fleet.workdir)
+        assert done.returncode == 0, done.stdout + done.stderr
     return {
         "quick": run(fleet, "faulty-quick", "quick", NODES, use_baseline=True),
         "full": run(fleet, "faulty-full", "full", FULL_NODES, use_baseline=True),

@@ -24,35 +24,19 @@ the nodes share the controller's filesystem elsewhere. Needs root and the simula
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import signal
-import subprocess
-import sys
 
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from gpusim import state as gstate  # noqa: E402
+from fleet import TESTS, fleet_up, json_doc, needs_fleet
+from fleet import Fleet as BaseFleet
+from gpusim import state as gstate
 
 SPEC = TESTS / "fixtures" / "driver" / "fleet-driver-activation.yml"
-PYTHON = REPO / ".venv" / "bin" / "python"
 OLD, NEW = "550.90.07", "570.124.06"
 STATE_FILE = "/var/lib/gpusim/gpufleet.fact"  # inside the node's own folder (see the module docstring)
 PACKAGE = {"method": "package", "package_manager": "apt"}
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated fleet needs root (namespaces, bind mounts, sshd)"),
-    pytest.mark.skipif(
-        not all(os.path.exists(f"/usr/sbin/{tool}") for tool in ("sshd", "slurmctld", "slurmd", "munged")),
-        reason="sshd/slurmctld/slurmd/munged missing: run tests/gpusim/install-deps.sh",
-    ),
-]
+pytestmark = needs_fleet()
 
 ROLE_PLAYBOOK = """
 - name: nvidia_driver role on simulated nodes
@@ -65,63 +49,21 @@ ROLE_PLAYBOOK = """
 """
 
 
-def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers)."""
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s:\n{out[-3000:]}\n{err[-2000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(TESTS))
-    return run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, timeout=timeout)
-
-
-def json_doc(proc: subprocess.CompletedProcess) -> dict:
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-
-
-class Fleet:
+class Fleet(BaseFleet):
     def __init__(self, workdir: pathlib.Path):
-        self.workdir = workdir
-        self.record = json.loads((workdir / "fleet.json").read_text())
-        self.address = {r["name"]: r["address"] for r in self.record["nodes"]}
-        self.inventory = workdir / "inventory" / "hosts.yml"
+        super().__init__(workdir)
         self.playbook = workdir / "role.yml"
         self.playbook.write_text(ROLE_PLAYBOOK)
 
-    def env(self) -> dict[str, str]:
-        return dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
-                    ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False",
-                    ANSIBLE_RETRY_FILES_ENABLED="False", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-                    ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
-
     def module(self, pattern: str, args: dict, *, check: bool = False) -> dict[str, dict]:
         """`ansible PATTERN -m gpufleet.lifecycle.nvidia_driver -a ARGS` -> {host: result}."""
-        cmd = [str(REPO / ".venv/bin/ansible"), pattern, "-i", str(self.inventory), "-m", "gpufleet.lifecycle.nvidia_driver",
-               "-a", json.dumps(dict(args, state_file=STATE_FILE)), "--diff"]
-        cmd += ["--check"] if check else []
-        hosts = json_doc(run(cmd, env=self.env(), timeout=240))["plays"][0]["tasks"][0]["hosts"]
-        assert not any(r.get("unreachable") for r in hosts.values()), hosts
-        return hosts
+        return super().module("gpufleet.lifecycle.nvidia_driver", pattern, dict(args, state_file=STATE_FILE), check=check, diff=True)
 
     def role(self, targets: str, extra: dict) -> dict:
         """The role's main entry point with the json callback: the callback's document (plays, tasks, stats)."""
         variables = {"targets": targets, "nvidia_driver_state_file": STATE_FILE, "nvidia_driver_hold_kernel": False,
                      "nvidia_driver_reboot_timeout": 120, **extra}
-        cmd = [str(REPO / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), str(self.playbook), "-e", json.dumps(variables)]
-        return json_doc(run(cmd, env=self.env(), timeout=300))
-
-    def node_dir(self, name: str) -> pathlib.Path:
-        return self.workdir / "nodes" / name
+        return json_doc(self.ansible_playbook(self.playbook, "-e", json.dumps(variables), json_output=True))
 
     def sim(self, name: str) -> dict:
         """The simulator's state of the node (what the hardware and the package database say)."""
@@ -130,18 +72,6 @@ class Fleet:
     def fact(self, name: str) -> dict:
         """The node state file the module wrote on that node (/var/lib/gpusim is the node's own folder)."""
         return json.loads((self.node_dir(name) / "gpufleet.fact").read_text())
-
-    def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:
-        return run(
-            ["ssh", "-i", str(self.workdir / "ssh" / "id_ed25519"), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-p", str(self.record["ssh_port"]), f"root@{self.address[name]}", command],
-            timeout=60,
-        )
-
-    def ssh_ok(self, name: str, command: str) -> str:
-        proc = self.ssh(name, command)
-        assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
-        return proc.stdout
 
     def smi_version(self, name: str) -> str:
         versions = set(self.ssh_ok(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").split())
@@ -165,17 +95,11 @@ def provision_by_apt(state: dict) -> None:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("gpusim-driver-activation") / "fleet"
-    up = gpusim("up", "--spec", str(SPEC), workdir=workdir)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with fleet_up(SPEC, tmp_path_factory.mktemp("gpusim-driver-activation") / "fleet") as workdir:
         fleet = Fleet(workdir)
         for name in fleet.address:
             gstate.update(fleet.node_dir(name), provision_by_apt)
         yield fleet
-    finally:
-        down = gpusim("down", workdir=workdir)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 # --- the package method over SSH: upgrade in four steps -----------------------------------------------

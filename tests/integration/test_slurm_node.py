@@ -10,70 +10,24 @@ Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
 
 from __future__ import annotations
 
-import json
-import os
-import pathlib
-import signal
 import subprocess
 import time
 
 import pytest
+from fleet import TESTS, fleet_up, needs_fleet
+from fleet import Fleet as BaseFleet
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-TESTS = REPO / "tests"
 SPEC = TESTS / "fixtures" / "slurm" / "fleet-slurm.yml"
-PYTHON = REPO / ".venv" / "bin" / "python"
 ROLLOUT = "it-1"
 OURS = f"gpufleet:{ROLLOUT}: driver upgrade"
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the simulated fleet needs root (namespaces, bind mounts, sshd)"),
-    pytest.mark.skipif(
-        not all(os.path.exists(f"/usr/sbin/{tool}") for tool in ("sshd", "slurmctld", "slurmd", "munged")),
-        reason="sshd/slurmctld/slurmd/munged missing: run tests/gpusim/install-deps.sh",
-    ),
-]
+pytestmark = needs_fleet()
 
 
-def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers)."""
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            pytest.fail(f"{' '.join(cmd)} timed out after {timeout}s:\n{out[-3000:]}\n{err[-2000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def gpusim(*args: str, workdir: pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(TESTS))
-    return run([str(PYTHON), "-m", "gpusim", *args, "--workdir", str(workdir)], env=env, timeout=timeout)
-
-
-class Fleet:
-    def __init__(self, workdir: pathlib.Path):
-        self.workdir = workdir
-        self.inventory = workdir / "inventory" / "hosts.yml"
-        self.slurm_env = dict(os.environ, SLURM_CONF=str(workdir / "slurm" / "etc" / "slurm.conf"))
-
+class Fleet(BaseFleet):
     def module(self, pattern: str, args: dict, *, check: bool = False) -> dict[str, dict]:
         """`ansible PATTERN -m gpufleet.lifecycle.slurm_node -a ARGS --diff` -> {host: result}."""
-        env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-                   ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
-        cmd = [str(REPO / ".venv/bin/ansible"), pattern, "-i", str(self.inventory), "-m", "gpufleet.lifecycle.slurm_node",
-               "-a", json.dumps(args), "--diff", *(["--check"] if check else [])]
-        proc = run(cmd, env=env, timeout=120)
-        try:
-            doc = json.loads(proc.stdout)
-        except ValueError:
-            pytest.fail(f"ansible printed no JSON (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        hosts = doc["plays"][0]["tasks"][0]["hosts"]
-        assert not any(r.get("unreachable") for r in hosts.values()), hosts
-        return hosts
+        return super().module("gpufleet.lifecycle.slurm_node", pattern, args, check=check, diff=True, timeout=120)
 
     def scontrol(self, *args: str) -> str:
         done = subprocess.run(["scontrol", *args], env=self.slurm_env, capture_output=True, text=True, timeout=30, check=False)
@@ -100,17 +54,11 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("gpusim-slurm") / "fleet"
-    up = gpusim("up", "--spec", str(SPEC), workdir=workdir)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with fleet_up(SPEC, tmp_path_factory.mktemp("gpusim-slurm") / "fleet") as workdir:
         fleet = Fleet(workdir)
         for name in ("busy-01", "busy-02"):  # the spec's sleep jobs run
             fleet.wait_state(name, lambda s: s == "MIXED")
         yield fleet
-    finally:
-        down = gpusim("down", workdir=workdir)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 DRAIN = {"state": "drained", "reason": "driver upgrade", "rollout_id": ROLLOUT}
