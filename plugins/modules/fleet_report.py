@@ -20,17 +20,7 @@ author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
-attributes:
-  check_mode:
-    support: full
-    details:
-      - In check mode the report is computed and returned, and no file is written.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    details:
-      - Files are only rewritten when their content changes; with O(generated_at) set to the current time the content always changes.
+  - gpufleet.lifecycle.report
 options:
   nodes:
     description:
@@ -62,10 +52,6 @@ options:
     type: list
     elements: str
     default: []
-  dest:
-    description: Folder to write the report files to. Created when missing.
-    type: path
-    required: true
   basename:
     description: File name of the reports without extension.
     type: str
@@ -80,9 +66,6 @@ options:
     description: Title of the report.
     type: str
     default: GPU fleet audit
-  generated_at:
-    description: Time stamp printed in the report, for example the output of the C(now) Jinja2 function.
-    type: str
 """
 
 EXAMPLES = r"""
