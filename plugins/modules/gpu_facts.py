@@ -25,6 +25,7 @@ author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
+  - gpufleet.lifecycle.gpu_tools
   - gpufleet.lifecycle.attributes.INFO_MODULE
   - gpufleet.lifecycle.attributes.FACTS
 attributes:
@@ -46,12 +47,6 @@ options:
       - Defaults to the codes that NVIDIA's Xid catalog says need attention.
     type: list
     elements: int
-  nvidia_smi_path:
-    description: Path of C(nvidia-smi). Searched in E(PATH) and the sbin and bin folders when not set.
-    type: path
-  fabricmanager_path:
-    description: Path of C(nv-fabricmanager). Searched when not set.
-    type: path
   mlxfwmanager_path:
     description: Path of C(mlxfwmanager). Searched when not set.
     type: path

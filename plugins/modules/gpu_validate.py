@@ -32,6 +32,7 @@ author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.lifecycle.attributes
+  - gpufleet.lifecycle.gpu_tools
 attributes:
   check_mode:
     support: full
@@ -159,12 +160,6 @@ options:
     type: str
     choices: [fail, never]
     default: fail
-  nvidia_smi_path:
-    description: Path of C(nvidia-smi). Searched in E(PATH) and the sbin and bin folders when not set.
-    type: path
-  fabricmanager_path:
-    description: Path of C(nv-fabricmanager). Searched when not set.
-    type: path
   dcgmi_path:
     description: Path of C(dcgmi). Searched when not set.
     type: path
