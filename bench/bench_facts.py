@@ -17,9 +17,9 @@ import tracemalloc
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import conftest  # noqa: E402,F401,I001  (makes ansible_collections.gpufleet.lifecycle importable)
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gpu_facts  # noqa: E402
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import gather as _gpu_facts  # noqa: E402
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi  # noqa: E402
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import build_report, render_html, render_json, render_markdown  # noqa: E402
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import build_report, render_html, render_json, render_markdown  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu_facts"
 

@@ -10,7 +10,7 @@ Documentation in the adjacent stragglers.yml; the logic is in plugins/module_uti
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_stragglers import DEFAULT_METRICS, StragglerError, find_stragglers
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.stragglers import DEFAULT_METRICS, StragglerError, find_stragglers
 
 
 def stragglers(nodes, tolerance_pct=10, metrics=None, min_nodes=3):

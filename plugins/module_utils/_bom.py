@@ -18,6 +18,8 @@ than the BOM is drift too.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
 STATUS_OK = "ok"
 STATUS_DRIFT = "drift"
 STATUS_MISSING = "missing"
@@ -28,7 +30,7 @@ STATUS_UNKNOWN = "unknown"
 _VERSION_SHORTHAND = ("driver", "fabricmanager", "gpu_firmware")
 
 
-class BomError(ValueError):
+class BomError(GpufleetError, ValueError):
     """A BOM that cannot be used (wrong type, missing version)."""
 
 

@@ -15,6 +15,8 @@ import datetime
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _compat_data as data
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 COMPAT_MODES = ("toolkit", "minor")
 OPERATING_SYSTEMS = ("linux", "windows")
@@ -22,7 +24,7 @@ OPERATING_SYSTEMS = ("linux", "windows")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 
-class CompatError(ValueError):
+class CompatError(GpufleetError, ValueError):
     """Input the compatibility data cannot judge (bad version, unknown GPU, unknown option)."""
 
 
@@ -156,10 +158,9 @@ def max_cuda_for_driver(driver, os="linux", compat="toolkit"):
 
 
 def _branch_number(driver):
-    major = parse_version(driver, "driver version")[0]
-    known = [entry[0] for entry in data.BRANCH_LIFECYCLE if entry[0] <= major]
-    if known and major - max(known) < data.BRANCH_NUMBER_WINDOW:
-        return max(known)
+    number = _version.branch_of_major(parse_version(driver, "driver version")[0])
+    if number is not None:
+        return number
     raise CompatError(f"driver {driver!r} belongs to no driver branch this data knows")
 
 

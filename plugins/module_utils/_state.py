@@ -28,22 +28,20 @@ import json
 import os
 import tempfile
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
 DEFAULT_PATH = "/etc/ansible/facts.d/gpufleet.fact"
 SCHEMA = 1
 HISTORY_LIMIT = 200
 COMPONENTS = ("driver", "fabricmanager", "gpu_firmware", "nic_firmware")
 
 
-class StateFileError(Exception):
+class StateFileError(GpufleetError):
     """The state file exists but cannot be read or written."""
 
     def __init__(self, msg, path=None):
-        super().__init__(msg)
-        self.msg = msg
+        super().__init__(msg, path=path)
         self.path = path
-
-    def fail_kwargs(self):
-        return {"msg": self.msg, "path": self.path}
 
 
 def now_iso():

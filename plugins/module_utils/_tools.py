@@ -13,26 +13,23 @@ A failing command raises :class:`ToolError`; only modules turn that into
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
 # Paths searched besides $PATH: tools of NVIDIA and Mellanox packages land in sbin
 # folders that a non-login SSH session may not have on its PATH.
 SEARCH_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 _ENV = {"LC_ALL": "C", "LANG": "C"}
 
 
-class ToolError(Exception):
+class ToolError(GpufleetError):
     """A tool could not be run, or ended with an unexpected exit status."""
 
     def __init__(self, msg, cmd=None, rc=None, stdout="", stderr=""):
-        super().__init__(msg)
-        self.msg = msg
+        super().__init__(msg, cmd=cmd, rc=rc, stdout=stdout, stderr=stderr)
         self.cmd = cmd
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
-
-    def fail_kwargs(self):
-        """Keyword arguments for ``module.fail_json``."""
-        return {"msg": self.msg, "cmd": self.cmd, "rc": self.rc, "stdout": self.stdout, "stderr": self.stderr}
 
 
 class CommandCounter:

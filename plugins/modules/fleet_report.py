@@ -115,8 +115,8 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import BomError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import RENDERERS, build_report
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report_files import write_reports
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import write_reports
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import RENDERERS, build_report
 
 
 def main():

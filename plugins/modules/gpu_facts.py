@@ -203,7 +203,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import SUBSETS, FactsError, ToolError, gather
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import SUBSETS, FactsError, ToolError, gather
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
 

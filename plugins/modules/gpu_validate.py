@@ -319,8 +319,8 @@ commands_run:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_baseline import BaselineError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_levels import CHECK_NAMES, LEVELS, Validator
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.baseline import BaselineError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.levels import CHECK_NAMES, LEVELS, Validator
 
 SLOWDOWN_REASONS = ["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]
 

@@ -236,9 +236,9 @@ commands_run:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import DriverManager
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DriverError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.manager import DriverManager
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import PlanError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import DEFAULT_PATH
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import ToolError
 

@@ -274,7 +274,7 @@ jobs:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._slurm import ROLLOUT_ID, run
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import ROLLOUT_ID, run
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import ToolError
 
 

@@ -113,8 +113,8 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report_files import write_reports
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_report import EXTENSIONS, RENDERERS, build_report
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import write_reports
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.report import EXTENSIONS, RENDERERS, build_report
 
 
 def main():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.lifecycle.plugins.filter.stragglers import FilterModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_stragglers import median
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.stragglers import median
 
 stragglers = FilterModule().filters()["stragglers"]
 

@@ -6,7 +6,7 @@ import pathlib
 import re
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _gpu_facts
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import gather as _gpu_facts
 from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_facts
 
 from tests.conftest import real_params

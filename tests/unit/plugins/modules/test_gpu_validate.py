@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_levels
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import levels as _validate_levels
 from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_validate
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"

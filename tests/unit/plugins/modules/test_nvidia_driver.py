@@ -7,8 +7,9 @@ import json
 import pathlib
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _driver_node, _driver_package
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import Host
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import node as _driver_node
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import package as _driver_package
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import Host
 from ansible_collections.gpufleet.lifecycle.plugins.modules import nvidia_driver
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
@@ -457,7 +458,7 @@ def _fetch_fails_module(module, url, **_kwargs):
 
 @pytest.mark.parametrize("fetch", [_fetch_mismatch, _fetch_forbidden, _fetch_fails_module], ids=["checksum", "http-403", "fetch-fail-json"])
 def test_credentials_and_signature_never_appear_in_a_failure(node, tmp_path, commands, run_module, monkeypatch, fetch):
-    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _driver_runfile
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import runfile as _driver_runfile
 
     seen = {}
 
@@ -501,7 +502,7 @@ def test_check_mode_predicts_reboot_when_a_gpu_fell_off_the_bus(node, tmp_path, 
 
 
 def test_installer_flags_from_r560():
-    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_runfile import installer_args
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile import installer_args
 
     assert installer_args("570.124.06", "open", True) == ["--silent", "--no-questions", "--kernel-module-type=open", "--dkms"]
     assert installer_args("560.35.03", "proprietary", False) == ["--silent", "--no-questions", "--kernel-module-type=proprietary", "--no-dkms"]

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _slurm
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance import slurm as _slurm
 from ansible_collections.gpufleet.lifecycle.plugins.modules import slurm_node
 
 from tests.conftest import OWN

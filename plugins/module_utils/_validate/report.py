@@ -10,7 +10,7 @@ import html
 import json
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_common import STATUSES, overall_status, summarize
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import STATUSES, overall_status, summarize
 
 REPORT_VERSION = 1
 

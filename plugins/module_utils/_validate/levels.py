@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_baseline as baseline_lib
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_checks as facts_checks
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_load as load_checks
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import FactsError, GpuFactsCollector, Host
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import FactsError, GpuFactsCollector, Host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_common import FAIL, SKIP, check_result, overall_status, summarize
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import baseline as baseline_lib
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import checks as facts_checks
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import load as load_checks
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, SKIP, check_result, overall_status, summarize
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
 # name -> (check function, level that first includes it); the order is the order checks run in.

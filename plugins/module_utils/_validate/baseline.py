@@ -20,6 +20,8 @@ not fall by more than a tolerance.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
 SNAPSHOT_VERSION = 1
 
 # (snapshot key, what a report calls it); all must stay equal or fall.
@@ -30,7 +32,7 @@ ECC_COUNTERS = (
 )
 
 
-class BaselineError(ValueError):
+class BaselineError(GpufleetError, ValueError):
     """The baseline given is none of the accepted forms."""
 
 

@@ -11,12 +11,14 @@ node with the median of the same run needs no per-SKU threshold.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
 # gpu_validate measurements compared by default: NCCL bus bandwidth, and the slowest GPU's
 # Gflop/s under gpu-burn (what a thermal or power slowdown of its clocks costs).
 DEFAULT_METRICS = ("busbw_gbps", "gflops_min")
 
 
-class StragglerError(ValueError):
+class StragglerError(GpufleetError, ValueError):
     """The input is not a list or dict of per-node measurements."""
 
 

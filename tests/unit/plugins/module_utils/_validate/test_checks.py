@@ -6,9 +6,9 @@ import copy
 import time
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_checks as checks
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_baseline import snapshot
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_levels import Context
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import checks
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.baseline import snapshot
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.levels import Context
 
 
 def gpu(index, **changes):

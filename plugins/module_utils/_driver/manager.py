@@ -12,10 +12,10 @@ load the modules, start the services again (on every exit path), verify.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DEFAULT_LOAD, DriverError, Node
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_package import FabricManagerPackage, PackageMethod
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError, diff, parse_checksum, plan, predict_reboot
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_runfile import RunfileMethod
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DEFAULT_LOAD, DriverError, Node
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.package import FabricManagerPackage, PackageMethod
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import PlanError, diff, parse_checksum, plan, predict_reboot
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile import RunfileMethod
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
 
 INSTALL_ACTIONS = ("install", "upgrade", "downgrade", "reinstall")

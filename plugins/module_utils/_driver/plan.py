@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
 _SHA256 = re.compile(r"^(?:sha256:)?([0-9a-fA-F]{64})$")
 
@@ -15,16 +18,8 @@ DRIVER_ACTIONS = ("none", "install", "upgrade", "downgrade", "reinstall", "activ
 FM_ACTIONS = ("none", "install", "upgrade", "downgrade", "remove")
 
 
-class PlanError(Exception):
+class PlanError(GpufleetError):
     """The options ask for something the module refuses to do; the message says what to change."""
-
-    def __init__(self, msg, **details):
-        super().__init__(msg)
-        self.msg = msg
-        self.details = details
-
-    def fail_kwargs(self):
-        return dict(self.details, msg=self.msg)
 
 
 def version_key(version):
@@ -35,8 +30,8 @@ def version_key(version):
 
 
 def branch(version):
-    """``"550.90.07"`` -> ``"550"``."""
-    return str(version).split(".", maxsplit=1)[0]
+    """``"550.90.07"`` -> ``"550"``: the major that distribution packages are named after (see ``_version``)."""
+    return _version.major(str(version))
 
 
 def parse_checksum(checksum):

@@ -13,7 +13,7 @@ import tempfile
 from urllib.parse import urlsplit, urlunsplit
 
 from ansible.module_utils.urls import fetch_url
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DriverError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import NvidiaInstaller, NvidiaUninstall, ToolError
 
 # R560 renamed the flag that picks the kernel modules; older installers only know -m=kernel-open.

@@ -26,8 +26,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
     Tool,
     ToolError,
 )
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_baseline import busbw_floor
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_common import FAIL, PASS, SKIP, WARN, check_result
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.baseline import busbw_floor
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, PASS, SKIP, WARN, check_result
 
 
 class DeviceQuery(Tool):

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_baseline as baseline
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_levels as levels
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_load as load
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_load import nccl_argv, parse_nvlink_status
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import baseline, levels, load
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.load import nccl_argv, parse_nvlink_status
 
 from tests.conftest import REAL, real_params
 
-OWN = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "validate"
+OWN = pathlib.Path(__file__).resolve().parents[4] / "fixtures" / "validate"
 
 
 def test_nvlink_own_fixture_with_an_inactive_link():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import PlanError, diff, parse_checksum, plan
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import PlanError, diff, parse_checksum, plan
 
 OPTIONS = {"state": "present", "version": "550.90.07", "kernel_module": "open", "fabricmanager": "auto", "allow_downgrade": False}
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.common.sys_info import get_distribution, get_distribution_version
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_node import DriverError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_plan import branch
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import branch
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import _ENV, AptGet, AptMark, Dnf, DpkgQuery, Rpm, ToolError
 
 APT_DISTROS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")

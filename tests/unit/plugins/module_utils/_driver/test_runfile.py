@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver_runfile import redact_url, redact_urls_in
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile import redact_url, redact_urls_in
 
 
 @pytest.mark.parametrize(

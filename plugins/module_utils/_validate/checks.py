@@ -16,8 +16,8 @@ import calendar
 import re
 import time
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _validate_baseline as baseline_lib
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate_common import FAIL, PASS, SKIP, WARN, check_result
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import baseline as baseline_lib
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, PASS, SKIP, WARN, check_result
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import ACTIONS, DEFAULT_CRITICAL_XIDS, XID_CATALOG
 
 # Clock event reasons that mean the GPU is slowed down by heat or power (nvsmi parser names).

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._slurm import (
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import (
     make_reason,
     parse_show_node,
     parse_show_nodes,
@@ -13,6 +12,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._slurm import (
     plan,
     reason_owner,
 )
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 
 from tests.conftest import OWN
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import fabricmanager as fm_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx as mlx_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
@@ -91,9 +92,10 @@ class Host:
 
 
 def driver_branch(version):
-    if not version:
+    """The release branch (``R570`` for 570.x and 572.x), None when the version is not whole."""
+    if not _version.is_driver_version(version):
         return None
-    return "R" + version.split(".")[0]
+    return _version.driver_branch(version)
 
 
 class GpuFactsCollector:

@@ -15,7 +15,8 @@ import os
 import signal
 import time
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._gpu_facts import NVIDIA_VENDOR, NVSWITCH_CLASS_PREFIX, Host
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import NVIDIA_VENDOR, NVSWITCH_CLASS_PREFIX, Host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import fabricmanager as fm_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import procfs as procfs_parser
@@ -40,26 +41,20 @@ APP_FIELDS = ("pid", "process_name", "gpu_uuid", "used_memory")
 KILL_GRACE_S = 10
 
 
-class DriverError(Exception):
+class DriverError(GpufleetError):
     """A step failed; ``node_state`` says what the node is left with."""
 
     def __init__(self, msg, cmd=None, rc=None, stdout="", stderr="", **extra):
-        super().__init__(msg)
-        self.msg = msg
+        super().__init__(msg, cmd=cmd, rc=rc, stdout=stdout, stderr=stderr, **extra)
         self.cmd = cmd
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
-        self.extra = extra
+        self.extra = self.details  # one dict: what callers add to it reaches fail_json
 
     @classmethod
     def from_tool(cls, exc, msg=None, **extra):
         return cls(msg or exc.msg, cmd=exc.cmd, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr, **extra)
-
-    def fail_kwargs(self):
-        kwargs = dict(self.extra)
-        kwargs.update(msg=self.msg, cmd=self.cmd, rc=self.rc, stdout=self.stdout, stderr=self.stderr)
-        return kwargs
 
 
 class Lsmod(Tool):
