@@ -19,6 +19,20 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import 
 # folders that a non-login SSH session may not have on its PATH.
 SEARCH_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 _ENV = {"LC_ALL": "C", "LANG": "C"}
+# A read that takes longer than this is hung (nvidia-smi on a wedged GPU can block for ever).
+DEFAULT_TIMEOUT = 120
+MAX_TIMEOUT = 86400
+KILL_AFTER_S = 10
+
+
+def check_timeout(value, what="timeout"):
+    """``value`` as an int when it is a whole number of seconds in 1..MAX_TIMEOUT; ToolError otherwise.
+
+    0 is refused: for coreutils ``timeout`` it means no limit at all.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TIMEOUT:
+        raise ToolError(f"{what} must be a whole number of seconds from 1 to {MAX_TIMEOUT}, got {value!r}")
+    return value
 
 
 class ToolError(GpufleetError):
@@ -46,10 +60,19 @@ class CommandCounter:
 
 
 class Tool:
-    """Base of the wrappers: resolves the binary once, runs it with an argument list."""
+    """Base of the wrappers: resolves the binary once, runs it with an argument list.
+
+    Class attributes a wrapper may set:
+
+    - ``env``: extra environment for this tool, as ``(name, value)`` pairs (``DEBIAN_FRONTEND`` for apt-get), on top of ``LC_ALL=C``;
+    - ``default_timeout``: seconds a call may take when the caller gives no ``timeout``. Every call is
+      bounded: a hung NVML or BMC must not hang a task forever. ``timeout=None`` means the default.
+    """
 
     binary = ""
     label = ""
+    env = ()  # (name, value) pairs
+    default_timeout = DEFAULT_TIMEOUT
 
     def __init__(self, module, path=None, required=False, counter=None):
         self.module = module
@@ -63,28 +86,37 @@ class Tool:
     def available(self):
         return bool(self.path)
 
+    @property
+    def name(self):
+        return self.label or self.binary
+
     def _timeout_prefix(self, timeout):
-        if not timeout:
-            return []
         timeout_bin = self.module.get_bin_path("timeout", opt_dirs=SEARCH_DIRS)
         if not timeout_bin:
-            return []
+            raise ToolError(
+                f"coreutils timeout was not found on this node (searched $PATH and {', '.join(SEARCH_DIRS)}): it bounds every command, {self.name} too"
+            )
         # SIGTERM at the limit, SIGKILL 10 s later if the tool ignores it.
-        return [timeout_bin, "--kill-after=10", str(int(timeout))]
+        return [timeout_bin, f"--kill-after={KILL_AFTER_S}", str(timeout)]
 
     def run(self, args, ok_rcs=(0,), timeout=None, data=None):
-        """Run the tool; return ``(rc, stdout, stderr)``; raise ToolError on other exit codes."""
+        """Run the tool; return ``(rc, stdout, stderr)``; raise ToolError on other exit codes.
+
+        ``ok_rcs=None`` accepts every exit status (the caller judges the output).
+        """
         if not self.path:
-            raise ToolError("{} was not found on this node (searched $PATH and {})".format(self.binary, ", ".join(SEARCH_DIRS)))
+            raise ToolError(f"{self.binary} was not found on this node (searched $PATH and {', '.join(SEARCH_DIRS)})")
+        timeout = check_timeout(self.default_timeout if timeout is None else timeout, f"timeout of {self.name}")
         cmd = [*self._timeout_prefix(timeout), self.path, *list(args)]
         if self.counter is not None:
             self.counter.add(cmd)
-        rc, out, err = self.module.run_command(cmd, check_rc=False, environ_update=_ENV, data=data)
-        if timeout and rc == 124:
-            raise ToolError(f"{self.label or self.binary} did not finish within {timeout} s", cmd=cmd, rc=rc, stdout=out, stderr=err)
+        # expand_user_and_vars=False: an argument such as a Slurm reason with "$HOME" or "~" is passed as written.
+        rc, out, err = self.module.run_command(cmd, check_rc=False, environ_update=dict(_ENV, **dict(self.env)), data=data, expand_user_and_vars=False)
+        if rc in (124, 137):
+            raise ToolError(f"{self.name} did not finish within {timeout} s (timed out and was stopped)", cmd=cmd, rc=rc, stdout=out, stderr=err)
         if ok_rcs is not None and rc not in ok_rcs:
             raise ToolError(
-                f"{self.label or self.binary} failed with exit status {rc}: {(err or out).strip()[:500]}",
+                f"{self.name} failed with exit status {rc}: {(err or out).strip()[:500]}",
                 cmd=cmd,
                 rc=rc,
                 stdout=out,
@@ -210,6 +242,8 @@ class NvidiaInstaller(Tool):
 class AptGet(Tool):
     binary = "apt-get"
     label = "apt-get"
+    # No debconf prompt (Secure Boot MOK enrolment) may stall a run.
+    env = (("DEBIAN_FRONTEND", "noninteractive"),)
 
 
 class AptMark(Tool):

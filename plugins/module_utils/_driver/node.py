@@ -179,7 +179,10 @@ class Node:
                 "install nvidia-smi (the driver's user space) or reboot the node, then retry"
             )
         args = ["--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"]
-        rc, out, err = self.smi.run(args, ok_rcs=None)
+        try:
+            rc, out, err = self.smi.run(args, ok_rcs=None)
+        except ToolError as exc:  # hung: says nothing about what runs there
+            raise DriverError.from_tool(exc, f"cannot list the GPU processes ({exc.msg}): nothing was changed; check nvidia-smi and dmesg, then retry") from exc
         if rc != 0:
             if rc == NvidiaSmi.RC_NO_DRIVER and not driver_loaded:
                 return []  # no driver loaded: nothing can use a GPU

@@ -25,13 +25,12 @@ import re
 from ansible.module_utils.common.sys_info import get_distribution, get_distribution_version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import branch
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import _ENV, AptGet, AptMark, Dnf, DpkgQuery, Rpm, ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import AptGet, AptMark, Dnf, DpkgQuery, Rpm, ToolError
 
 APT_DISTROS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")
 DNF_DISTROS = ("redhat", "rhel", "centos", "rocky", "almalinux", "oracle", "ol", "fedora", "amazon", "openeuler")
 _APT_DRIVER = re.compile(r"^nvidia-driver-(?P<branch>\d+)(?:-server)?(?P<open>-open)?$")
 _KMOD = {"open": "kmod-nvidia-open-dkms", "proprietary": "kmod-nvidia-latest-dkms"}
-_APT_ENV = dict(_ENV, DEBIAN_FRONTEND="noninteractive")
 
 
 def detect_package_manager(option="auto"):
@@ -58,21 +57,6 @@ def upstream(version):
 def _locked(name, locks):
     """True when a versionlock entry (``nvidia-driver-3:550.90.07-1.el9.*``) pins ``name`` itself, not a longer name."""
     return any(lock.startswith(name + "-") and lock[len(name) + 1 : len(name) + 2].isdigit() for lock in locks)
-
-
-class NoninteractiveAptGet(AptGet):
-    """apt-get with DEBIAN_FRONTEND=noninteractive, so no debconf prompt (Secure Boot MOK) can stall a run."""
-
-    def run(self, args, ok_rcs=(0,), timeout=None, data=None):
-        if not self.path:
-            raise ToolError("apt-get was not found on this node")
-        cmd = [*self._timeout_prefix(timeout), self.path, *list(args)]
-        if self.counter is not None:
-            self.counter.add(cmd)
-        rc, out, err = self.module.run_command(cmd, check_rc=False, environ_update=_APT_ENV, data=data)
-        if rc not in ok_rcs:
-            raise ToolError(f"apt-get failed with exit status {rc}: {(err or out).strip()[:500]}", cmd=cmd, rc=rc, stdout=out, stderr=err)
-        return rc, out, err
 
 
 class Apt:
@@ -123,14 +107,14 @@ class Apt:
         if allow_downgrade:
             args.append("--allow-downgrades")
         args += ["-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold", *specs]
-        NoninteractiveAptGet(self.module, counter=self.counter, required=True).run(args, timeout=self.options["timeout"])
+        AptGet(self.module, counter=self.counter, required=True).run(args, timeout=self.options["timeout"])
 
     def hold(self, names):
         AptMark(self.module, counter=self.counter, required=True).run(["hold", *names])
 
     def remove(self, names):
         AptMark(self.module, counter=self.counter, required=True).run(["unhold", *names])
-        NoninteractiveAptGet(self.module, counter=self.counter, required=True).run(
+        AptGet(self.module, counter=self.counter, required=True).run(
             ["remove", "-y", "-q", "--allow-change-held-packages", *names], timeout=self.options["timeout"]
         )
 

@@ -24,16 +24,29 @@ except ImportError:  # ansible-core 2.16 - 2.18
             basic._ANSIBLE_ARGS = original
 
 
+TIMEOUT_BIN = "/usr/bin/timeout"
+
+
+def split_timeout(argv):
+    """``(seconds, rest)`` for ``timeout --kill-after=10 N tool ...``; ``(None, argv)`` for an unbounded command."""
+    if len(argv) >= 3 and argv[0] == TIMEOUT_BIN and argv[1].startswith("--kill-after="):
+        return int(argv[2]), tuple(argv[3:])
+    return None, tuple(argv)
+
+
 class Commands:
     """Fake tools: a table of argument lists -> (rc, stdout, stderr), and the calls made.
 
-    A key is the tool's path followed by its arguments, as a tuple.
+    A key is the tool's path followed by its arguments, as a tuple, with or without the
+    ``timeout --kill-after=10 N`` prefix that bounds every command (an entry with the prefix
+    matches only that limit). Each call records ``argv`` (without the prefix), ``cmd`` (as run)
+    and ``timeout`` (None when the command ran unbounded: the fixture fails the test then).
     """
 
     def __init__(self):
         self.responses = {}
         self.calls = []
-        self.binaries = {}
+        self.binaries = {"timeout": TIMEOUT_BIN}
 
     def tool(self, name, path=None):
         self.binaries[name] = path or "/usr/bin/" + name
@@ -43,10 +56,13 @@ class Commands:
         self.responses[tuple(argv)] = (rc, stdout, stderr)
 
     def run_command(self, module, args, **kwargs):
-        argv = tuple(args)
-        self.calls.append({"argv": list(argv), "environ_update": kwargs.get("environ_update")})
+        full = tuple(args)
+        seconds, argv = split_timeout(full)
+        self.calls.append({"argv": list(argv), "cmd": list(full), "timeout": seconds, "environ_update": kwargs.get("environ_update"), "kwargs": kwargs})
+        if full in self.responses:
+            return self.responses[full]
         if argv not in self.responses:
-            raise AssertionError(f"unexpected command: {list(argv)}")
+            raise AssertionError(f"unexpected command: {list(full)}")
         return self.responses[argv]
 
     def get_bin_path(self, module, arg, required=False, opt_dirs=None):
@@ -54,6 +70,12 @@ class Commands:
         if path is None and required:
             module.fail_json(msg=f"Failed to find required executable {arg}")
         return path
+
+    split_timeout = staticmethod(split_timeout)
+
+    def unbounded(self):
+        """The commands that ran without a time limit."""
+        return [call["cmd"] for call in self.calls if call["timeout"] is None]
 
 
 @pytest.fixture
@@ -68,7 +90,10 @@ def commands(monkeypatch):
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
-    return fake
+    yield fake
+    # Every command a module runs is bounded (a hung NVML must not hang the task for ever).
+    assert fake.unbounded() == [], "commands ran without a time limit"
+    assert all(call["kwargs"].get("expand_user_and_vars") is False for call in fake.calls), "a command expanded $VARS or ~ in its arguments"
 
 
 class ModuleExit(Exception):

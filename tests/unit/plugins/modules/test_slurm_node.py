@@ -72,8 +72,9 @@ def sequence(commands, monkeypatch, argv, outputs):
     original = commands.run_command
 
     def run_command(module, args, **kwargs):
-        if list(args) == argv:
-            commands.calls.append({"argv": list(args), "environ_update": kwargs.get("environ_update")})
+        seconds, rest = commands.split_timeout(args)
+        if list(rest) == argv:
+            commands.calls.append({"argv": list(rest), "cmd": list(args), "timeout": seconds, "environ_update": kwargs.get("environ_update"), "kwargs": kwargs})
             return 0, (queue.pop(0) if len(queue) > 1 else queue[0]), ""
         return original(module, args, **kwargs)
 
