@@ -43,7 +43,7 @@ options:
     default: [all]
   critical_xids:
     description:
-      - Xid codes that count as critical in RV(ansible_facts.gpufleet.xid.critical).
+      - Xid codes that count as critical in RV(ansible_facts.gpufleet.xid.critical), each from V(1) to V(999).
       - Defaults to the codes that NVIDIA's Xid catalog says need attention.
     type: list
     elements: int
@@ -56,6 +56,7 @@ options:
 notes:
   - The kernel ring buffer read by C(dmesg) holds events since boot until it wraps; on a node with a very chatty kernel, early Xid
     events can be lost from it.
+  - Every read is bounded by O(command_timeout); a tool that does not answer in time (a hung NVML) fails the task with the tool's name and the limit.
   - Reading the kernel log needs root on kernels with C(kernel.dmesg_restrict=1); without it RV(ansible_facts.gpufleet.xid.error) says so.
 seealso:
   - module: gpufleet.lifecycle.gpu_validate
