@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import pytest
 from fleet import REPO, TESTS, Fleet, ansible_env, fleet_up, gpusim, needs_fleet
@@ -193,6 +194,18 @@ def test_fault_observed_and_expected_values(faulty):
 def test_thermal_straggler_and_low_bandwidth_are_flagged(faulty):
     flags = faulty["full"]["val-08"]["stragglers"]
     assert {(f["name"], f["metric"]) for f in flags} == {("val-07", "gflops_min"), ("val-06", "busbw_gbps")}
+
+
+def test_role_fails_exactly_the_faulty_node_with_its_failed_check(faulty, fleet):
+    """The role's verdict (its private __gpu_validate_result) fails val-01 (a GPU missing) and passes val-08."""
+    env = ansible_env(ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}", ANSIBLE_FORKS="10")
+    extra = {"gpufleet_hosts": "val-01,val-08", "gpufleet_report_dir": str(fleet.out / "role-faulty"), "gpu_validate_expected_gpu_count": 8,
+             "gpu_validate_expected_driver_version": DRIVER}
+    proc = fleet.ansible_playbook(REPO / "playbooks" / "validate.yml", "-e", json.dumps(extra), env=env, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "val-01 failed validation (quick): gpu_count: nvidia-smi sees 7 GPUs, 8 expected" in proc.stdout
+    assert re.search(r"^val-01\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1\b", proc.stdout, re.MULTILINE), proc.stdout[-1500:]
+    assert re.search(r"^val-08\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0\b", proc.stdout, re.MULTILINE), proc.stdout[-1500:]
 
 
 def test_check_mode_runs_no_load_check_on_faulty_nodes(faulty, fleet):
