@@ -228,13 +228,13 @@ def test_a_hung_nvidia_smi_is_stopped_at_command_timeout_and_named(fleet):
     """An nvidia-smi that never answers (a wedged NVML): each read stops at command_timeout, and the result says so."""
     fleet.ssh_ok("val-08", f"printf '#!/bin/sh\\nexec sleep 600\\n' > {HUNG_SMI} && chmod 0755 {HUNG_SMI}")
     try:
-        facts = fleet.module("gpufleet.lifecycle.gpu_facts", "val-08", {"nvidia_smi_path": HUNG_SMI, "command_timeout": 2,
-                                                                         "gather_subset": ["driver", "gpus"]})["val-08"]
+        facts_args = {"nvidia_smi_path": HUNG_SMI, "command_timeout": 2, "gather_subset": ["driver", "gpus"]}
+        facts = fleet.module("gpufleet.lifecycle.gpu_facts", "val-08", facts_args)["val-08"]
         assert facts.get("failed") is True
         assert facts["msg"] == "nvidia-smi did not finish within 2 s (timed out and was stopped)"
         assert facts["rc"] == 124
-        validate = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", {"nvidia_smi_path": HUNG_SMI, "command_timeout": 2,
-                                                                               "fail_on": "never", "checks": ["gpu_count", "nvlink"]})["val-08"]
+        validate_args = {"nvidia_smi_path": HUNG_SMI, "command_timeout": 2, "fail_on": "never", "checks": ["gpu_count", "nvlink"]}
+        validate = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", validate_args)["val-08"]
         checks = {c["name"]: c for c in validate["checks"]}
         assert checks["gpu_count"]["status"] == "fail"
         assert "nvidia-smi did not finish within 2 s" in checks["gpu_count"]["message"]
