@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # Tool paths shared by the modules of the gpufleet.lifecycle.gpu action group (gpu_facts, gpu_validate).
+    # Tool paths and the read time limit shared by the modules of the gpufleet.lifecycle.gpu action group (gpu_facts, gpu_validate).
     DOCUMENTATION = r"""
 options:
   nvidia_smi_path:
@@ -15,4 +15,13 @@ options:
   fabricmanager_path:
     description: Path of C(nv-fabricmanager). Searched when not set.
     type: path
+  command_timeout:
+    description:
+      - Time limit in seconds of each read of the node (C(nvidia-smi -q -x), C(nvidia-smi nvlink -s), C(nv-fabricmanager --version),
+        C(systemctl is-active), C(dmesg), the Mellanox tools), from V(1) to V(3600).
+      - A read that reaches it is stopped, and the task says which tool did not finish within how many seconds;
+        C(nvidia-smi) on a GPU whose NVML hangs can otherwise block for ever.
+    type: int
+    default: 120
+    version_added: 0.1.0
 """

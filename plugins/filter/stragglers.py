@@ -4,7 +4,7 @@
 
 """The gpufleet.lifecycle.stragglers filter: nodes slower than the fleet's median in the same run.
 
-Documentation in the adjacent stragglers.yml; the logic is in plugins/module_utils/_validate_stragglers.py.
+Documentation in the adjacent stragglers.yml; the logic is in plugins/module_utils/_validate/stragglers.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.strag
 def stragglers(nodes, tolerance_pct=10, metrics=None, min_nodes=3):
     """Nodes more than tolerance_pct percent below the fleet median of a gpu_validate measurement."""
     try:
-        return find_stragglers(nodes, tolerance_pct=tolerance_pct, metrics=tuple(metrics or DEFAULT_METRICS), min_nodes=min_nodes)
+        # metrics as given (a string is refused there, not split into letters); None means the defaults.
+        return find_stragglers(nodes, tolerance_pct=tolerance_pct, metrics=DEFAULT_METRICS if metrics is None else metrics, min_nodes=min_nodes)
     except StragglerError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.stragglers: {exc}") from exc
 

@@ -43,7 +43,7 @@ options:
     default: [all]
   critical_xids:
     description:
-      - Xid codes that count as critical in RV(ansible_facts.gpufleet.xid.critical).
+      - Xid codes that count as critical in RV(ansible_facts.gpufleet.xid.critical), each from V(1) to V(999).
       - Defaults to the codes that NVIDIA's Xid catalog says need attention.
     type: list
     elements: int
@@ -56,6 +56,7 @@ options:
 notes:
   - The kernel ring buffer read by C(dmesg) holds events since boot until it wraps; on a node with a very chatty kernel, early Xid
     events can be lost from it.
+  - Every read is bounded by O(command_timeout); a tool that does not answer in time (a hung NVML) fails the task with the tool's name and the limit.
   - Reading the kernel log needs root on kernels with C(kernel.dmesg_restrict=1); without it RV(ansible_facts.gpufleet.xid.error) says so.
 seealso:
   - module: gpufleet.lifecycle.gpu_validate
@@ -203,8 +204,14 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import SUBSETS, FactsError, ToolError, gather
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError, fail_kwargs
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import (
+    DEFAULT_COMMAND_TIMEOUT,
+    SUBSETS,
+    check_options,
+    gather,
+)
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 
 
 def main():
@@ -212,6 +219,7 @@ def main():
         argument_spec=dict(
             gather_subset=dict(type="list", elements="str", default=["all"], choices=["all", *list(SUBSETS)]),
             critical_xids=dict(type="list", elements="int"),
+            command_timeout=dict(type="int", default=DEFAULT_COMMAND_TIMEOUT),
             nvidia_smi_path=dict(type="path"),
             fabricmanager_path=dict(type="path"),
             mlxfwmanager_path=dict(type="path"),
@@ -219,15 +227,13 @@ def main():
         ),
         supports_check_mode=True,
     )
-    subset = module.params["gather_subset"]
-    if "all" in subset:
-        subset = SUBSETS
-    paths = {name: module.params[name] for name in ("nvidia_smi_path", "fabricmanager_path", "mlxfwmanager_path", "mstflint_path")}
-    critical = module.params["critical_xids"]
     try:
-        facts = gather(module, gather_subset=subset, paths=paths, critical_xids=DEFAULT_CRITICAL_XIDS if critical is None else critical)
-    except (FactsError, ToolError) as exc:
-        module.fail_json(**exc.fail_kwargs())
+        # Every option is checked before the first command.
+        options = check_options(module.params)
+        facts = gather(module, **options)
+    except (GpufleetError, ParseError) as exc:
+        # A typed error says what was wrong and what to do; any other exception is a bug and keeps its traceback.
+        module.fail_json(**fail_kwargs(exc))
     module.exit_json(changed=False, ansible_facts={"gpufleet": facts})
 
 

@@ -26,6 +26,9 @@ description:
   - With O(baseline) (facts or a result from before the change), double-bit ECC counters, remapped rows, retired pages and Xid counts
     must not grow, and the NCCL bus bandwidth may not fall by more than O(baseline_busbw_tolerance_pct).
   - RV(measurements) holds the figures that the C(gpufleet.lifecycle.stragglers) filter compares across the fleet.
+  - A check whose tool hangs (O(command_timeout) for the reads, O(timeout) for the long checks), fails, or prints something that
+    cannot be read is a failed check whose message names the tool, the command and what to do; the other checks still run.
+    An option outside its range fails the task before any command runs, with the range in the message.
   - The module only reads and measures; it changes nothing on the node. In check mode it runs the read-only checks and
     skips those that load the GPUs (see the check_mode attribute).
 author:
@@ -72,20 +75,23 @@ options:
     default: []
   expected_gpu_count:
     description:
-      - Number of GPUs the node must have.
+      - Number of GPUs the node must have, from V(1) to V(64).
       - When not set, the count C(nvidia-smi) sees must equal the NVIDIA display controllers on the PCI bus.
     type: int
   expected_driver_version:
-    description: Driver version that must be loaded. When not set, any loaded driver passes if C(nvidia-smi) matches it.
+    description:
+      - Driver version that must be loaded, whole (V(550.90.07), V(572.61)); a cut-off version such as V(535.161) is refused.
+      - When not set, any loaded driver passes if C(nvidia-smi) matches it.
     type: str
   expected_fabricmanager_version:
     description:
-      - Fabric manager version required. Defaults to the loaded driver version on NVSwitch systems.
+      - Fabric manager version required, a whole driver version. Defaults to the loaded driver version on NVSwitch systems.
       - On nodes without NVSwitch the check is skipped unless this is set.
     type: str
   critical_xids:
     description:
-      - Xid codes that fail the C(xid) check. Defaults to the codes NVIDIA's Xid catalog says need a reset, reboot or inspection.
+      - Xid codes that fail the C(xid) check, each from V(1) to V(999).
+        Defaults to the codes NVIDIA's Xid catalog says need a reset, reboot or inspection.
     type: list
     elements: int
   xid_since:
@@ -96,7 +102,7 @@ options:
     type: str
     default: boot
   max_temperature_c:
-    description: The C(temperature) check fails when a GPU is hotter than this (degrees Celsius).
+    description: The C(temperature) check fails when a GPU is hotter than this (degrees Celsius, from V(1) to V(125)).
     type: int
     default: 85
   slowdown_reasons:
@@ -114,7 +120,7 @@ options:
     choices: [1, 2, 3, 4]
   nccl_min_busbw_gbps:
     description:
-      - Lowest acceptable average bus bandwidth of C(all_reduce_perf) in GB/s (the C(# Avg bus bandwidth) line).
+      - Lowest acceptable average bus bandwidth of C(all_reduce_perf) in GB/s (the C(# Avg bus bandwidth) line), from V(0.001) to V(10000).
       - Without it and without a baseline figure, the bandwidth is measured but not judged (V(warn)).
     type: float
   nccl_args:
@@ -123,7 +129,7 @@ options:
     type: list
     elements: str
   burn_seconds:
-    description: How long C(gpu_burn) loads the GPUs.
+    description: How long C(gpu_burn) loads the GPUs, in seconds, from V(1) to V(43200).
     type: int
     default: 60
   burn_args:
@@ -144,12 +150,14 @@ options:
         RV(measurements) carry ECC, Xid and bandwidth figures).
     type: dict
   baseline_busbw_tolerance_pct:
-    description: How far, in percent, the NCCL bus bandwidth may fall below the baseline's.
+    description: How far, in percent, the NCCL bus bandwidth may fall below the baseline's, from V(0) to V(99.9).
     type: float
     default: 10
   timeout:
     description:
-      - Time limit in seconds of each long check (DCGM, NCCL, gpu-burn, CUDA smoke test). A check that reaches it fails and says so.
+      - Time limit in seconds of each long check (DCGM, NCCL, gpu-burn, CUDA smoke test), from V(1) to V(86400).
+        A check that reaches it fails and says so.
+      - The reads of the node (C(nvidia-smi -q -x), C(nvidia-smi nvlink -s)...) have their own, shorter limit, O(command_timeout).
       - C(gpu_burn) gets at least O(burn_seconds) plus 60 seconds.
       - To run long levels on many nodes at once, use C(async) with a limit above the sum of the long checks' times.
     type: int
@@ -319,6 +327,8 @@ commands_run:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError, fail_kwargs
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.baseline import BaselineError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.levels import CHECK_NAMES, LEVELS, Validator
 
@@ -354,6 +364,7 @@ def main():
             baseline=dict(type="dict"),
             baseline_busbw_tolerance_pct=dict(type="float", default=10),
             timeout=dict(type="int", default=1800),
+            command_timeout=dict(type="int", default=120),
             fail_on=dict(type="str", choices=["fail", "never"], default="fail"),
             nvidia_smi_path=dict(type="path"),
             fabricmanager_path=dict(type="path"),
@@ -364,12 +375,18 @@ def main():
         supports_check_mode=True,
     )
     try:
+        # Every option is checked here, before the first command.
         validator = Validator(module, module.params)
     except BaselineError as exc:
         module.fail_json(msg=f"baseline: {exc}. Pass a registered gpu_facts or gpu_validate result.")
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    result = validator.run()
+    except (GpufleetError, ValueError) as exc:
+        # OptionError (a range), a level or check name, an xid_since that is not a time.
+        module.fail_json(**fail_kwargs(exc))
+    try:
+        result = validator.run()
+    except (GpufleetError, ParseError) as exc:
+        # The checks turn their own errors into verdicts; this is what is left outside them. A bug keeps its traceback.
+        module.fail_json(**fail_kwargs(exc))
     if result["status"] == "fail" and module.params["fail_on"] == "fail":
         module.fail_json(msg=_failure_message(result), **result)
     module.exit_json(changed=False, **result)

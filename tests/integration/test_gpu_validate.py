@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import pytest
 from fleet import REPO, TESTS, Fleet, ansible_env, fleet_up, gpusim, needs_fleet
@@ -129,6 +130,20 @@ def test_healthy_nodes_pass_at_each_level(healthy, level):
     assert healthy["full"]["val-08"]["stragglers"] == []
 
 
+def test_role_and_playbook_validate_the_healthy_nodes_and_write_the_report(fleet, healthy):
+    """playbooks/validate.yml (the gpu_validate role, its private __gpu_validate_* facts) on healthy nodes, before any fault."""
+    report_dir = fleet.out / "role-report"
+    env = ansible_env(ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}", ANSIBLE_FORKS="10")
+    extra = {"gpufleet_hosts": "val-01,val-02,val-08", "gpufleet_report_dir": str(report_dir), "gpu_validate_expected_gpu_count": 8,
+             "gpu_validate_expected_driver_version": DRIVER, "gpu_validate_command_timeout": 60}
+    proc = fleet.ansible_playbook(REPO / "playbooks" / "validate.yml", "-e", json.dumps(extra), env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "3 nodes: 3 pass" in proc.stdout
+    report = json.loads(next(report_dir.glob("*.json")).read_text())
+    assert sorted(node["name"] for node in report["nodes"]) == ["val-01", "val-02", "val-08"]
+    assert {node["status"] for node in report["nodes"]} == {"pass"}
+
+
 @pytest.fixture(scope="module")
 def faulty(fleet, healthy):
     for node, (kind, params) in FAULTS.items():
@@ -181,6 +196,18 @@ def test_thermal_straggler_and_low_bandwidth_are_flagged(faulty):
     assert {(f["name"], f["metric"]) for f in flags} == {("val-07", "gflops_min"), ("val-06", "busbw_gbps")}
 
 
+def test_role_fails_exactly_the_faulty_node_with_its_failed_check(faulty, fleet):
+    """The role's verdict (its private __gpu_validate_result) fails val-01 (a GPU missing) and passes val-08."""
+    env = ansible_env(ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}", ANSIBLE_FORKS="10")
+    extra = {"gpufleet_hosts": "val-01,val-08", "gpufleet_report_dir": str(fleet.out / "role-faulty"), "gpu_validate_expected_gpu_count": 8,
+             "gpu_validate_expected_driver_version": DRIVER}
+    proc = fleet.ansible_playbook(REPO / "playbooks" / "validate.yml", "-e", json.dumps(extra), env=env, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "val-01 failed validation (quick): gpu_count: nvidia-smi sees 7 GPUs, 8 expected" in proc.stdout
+    assert re.search(r"^val-01\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1\b", proc.stdout, re.MULTILINE), proc.stdout[-1500:]
+    assert re.search(r"^val-08\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0\b", proc.stdout, re.MULTILINE), proc.stdout[-1500:]
+
+
 def test_check_mode_runs_no_load_check_on_faulty_nodes(faulty, fleet):
     """--check at the full level: the read-only checks still find faults, the load checks are skipped (no DCGM, NCCL, burn)."""
     saved = run(fleet, "check-full", "full", ["val-05", "val-06", "val-07"], use_baseline=True, check=True)
@@ -192,3 +219,29 @@ def test_check_mode_runs_no_load_check_on_faulty_nodes(faulty, fleet):
         assert data["result"]["measurements"]["busbw_gbps"] is None
     # val-05 (DCGM fault) and val-06 (low bandwidth) only show their faults under load
     assert failed(saved) == {"val-05": [], "val-06": [], "val-07": ["temperature", "clocks_event_reasons"]}
+
+
+HUNG_SMI = "/var/lib/gpufleet-test-hung-nvidia-smi"
+
+
+def test_a_hung_nvidia_smi_is_stopped_at_command_timeout_and_named(fleet):
+    """An nvidia-smi that never answers (a wedged NVML): each read stops at command_timeout, and the result says so."""
+    fleet.ssh_ok("val-08", f"printf '#!/bin/sh\\nexec sleep 600\\n' > {HUNG_SMI} && chmod 0755 {HUNG_SMI}")
+    try:
+        facts_args = {"nvidia_smi_path": HUNG_SMI, "command_timeout": 2, "gather_subset": ["driver", "gpus"]}
+        facts = fleet.module("gpufleet.lifecycle.gpu_facts", "val-08", facts_args)["val-08"]
+        assert facts.get("failed") is True
+        assert facts["msg"] == "nvidia-smi did not finish within 2 s (timed out and was stopped)"
+        assert facts["rc"] == 124
+        validate_args = {"nvidia_smi_path": HUNG_SMI, "command_timeout": 2, "fail_on": "never", "checks": ["gpu_count", "nvlink"]}
+        validate = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", validate_args)["val-08"]
+        checks = {c["name"]: c for c in validate["checks"]}
+        assert checks["gpu_count"]["status"] == "fail"
+        assert "nvidia-smi did not finish within 2 s" in checks["gpu_count"]["message"]
+        assert checks["nvlink"]["status"] == "fail"
+        assert checks["nvlink"]["message"].startswith("nvidia-smi did not finish within 2 s (timed out and was stopped): raise the command_timeout option")
+        # Out of range: refused before any command.
+        refused = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", {"command_timeout": 0})["val-08"]
+        assert refused.get("failed") is True and refused["msg"].startswith("command_timeout must be a whole number of seconds from 1 to 3600, got 0")
+    finally:
+        fleet.ssh_ok("val-08", f"rm -f {HUNG_SMI}")

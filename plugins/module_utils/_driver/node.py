@@ -16,8 +16,7 @@ import signal
 import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import NVIDIA_VENDOR, NVSWITCH_CLASS_PREFIX, Host
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import fabricmanager as fm_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host, HostError, fabricmanager_version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import procfs as procfs_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
@@ -135,27 +134,14 @@ class Node:
             return {}
 
     def _fabricmanager(self):
-        tool = FabricManager(self.module, counter=self.counter)
-        if not tool.available:
-            return {"installed": False, "version": None}
-        rc, out, err = tool.run(["--version"], ok_rcs=None)
-        if rc in (126, 127):
-            # A leftover wrapper or alternatives link whose program is gone: not installed.
-            return {"installed": False, "version": None}
+        # One rule with gpu_facts (_host): absent or a wrapper whose program is gone is not installed.
         try:
-            return {"installed": True, "version": fm_parser.parse_version(out + "\n" + err)}
-        except ParseError as exc:
-            raise DriverError(
-                f"nv-fabricmanager --version printed no version ({exc}): reinstall the fabric manager package or set fabricmanager: skip",
-                cmd=[tool.path, "--version"],
-                rc=rc,
-                stdout=out,
-                stderr=err,
-            ) from exc
+            return fabricmanager_version(FabricManager(self.module, counter=self.counter))
+        except HostError as exc:
+            raise DriverError(f"{exc.msg} or set fabricmanager: skip", cmd=exc.cmd, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr) from exc
 
     def _nvswitches(self):
-        devices = self.host.listdir("proc/driver/nvidia-nvswitch/devices")
-        return devices or self.host.pci_devices(NVIDIA_VENDOR, (NVSWITCH_CLASS_PREFIX,))
+        return self.host.nvswitches()
 
     def service_states(self):
         if not self.systemctl.available:

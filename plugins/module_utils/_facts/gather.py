@@ -12,11 +12,14 @@ when only mstflint is installed); ``modinfo nvidia`` only when no driver is load
 
 from __future__ import annotations
 
-import os
-import platform
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import fabricmanager as fm_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import (
+    MELLANOX_VENDOR,
+    NIC_CLASS_PREFIXES,
+    Host,
+    fabricmanager_version,
+)
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx as mlx_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import procfs as procfs_parser
@@ -35,60 +38,29 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
-# What a shell wrapper exits with when the program it calls is gone.
-RC_COMMAND_NOT_FOUND = 127
-
 SUBSETS = ("driver", "gpus", "fabricmanager", "nics", "xid")
 SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced")
-
-NVIDIA_VENDOR = "0x10de"
-MELLANOX_VENDOR = "0x15b3"
-# PCI class codes (first two bytes of the class file): display controllers and bridges.
-GPU_CLASS_PREFIXES = ("0x0300", "0x0302")
-NVSWITCH_CLASS_PREFIX = "0x0680"
-NIC_CLASS_PREFIXES = ("0x0200", "0x0207")
+# Limit of each read (nvidia-smi on a wedged GPU can block for ever); the gpu_tools command_timeout option.
+DEFAULT_COMMAND_TIMEOUT = 120
+MAX_COMMAND_TIMEOUT = 3600
 
 
 class FactsError(ToolError):
     """A tool answered with something gpu_facts cannot trust."""
 
 
-class Host:
-    """Read-only view of the node's /proc and /sys (``root`` lets tests point it elsewhere)."""
+class OptionError(GpufleetError):
+    """An option value outside its range: refused before the first command."""
 
-    def __init__(self, root="/"):
-        self.root = root
 
-    def path(self, *parts):
-        return os.path.join(self.root, *[p.lstrip("/") for p in parts])
-
-    def read(self, *parts):
-        try:
-            with open(self.path(*parts)) as handle:
-                return handle.read()
-        except OSError:
-            return None
-
-    def listdir(self, *parts):
-        try:
-            return sorted(os.listdir(self.path(*parts)))
-        except OSError:
-            return []
-
-    def kernel_release(self):
-        release = self.read("proc/sys/kernel/osrelease")
-        return release.strip() if release else platform.release()
-
-    def pci_devices(self, vendor, class_prefixes):
-        """PCI addresses under /sys/bus/pci/devices with the vendor and a class starting with a prefix."""
-        found = []
-        for address in self.listdir("sys/bus/pci/devices"):
-            if (self.read("sys/bus/pci/devices", address, "vendor") or "").strip() != vendor:
-                continue
-            pci_class = (self.read("sys/bus/pci/devices", address, "class") or "").strip()
-            if pci_class.startswith(class_prefixes):
-                found.append(address)
-        return found
+def check_command_timeout(value, what="command_timeout"):
+    """``value`` when it is a whole number of seconds in 1..MAX_COMMAND_TIMEOUT, else OptionError with the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COMMAND_TIMEOUT:
+        raise OptionError(
+            f"{what} must be a whole number of seconds from 1 to {MAX_COMMAND_TIMEOUT}, got {value!r}: "
+            f"it bounds every read (nvidia-smi, nv-fabricmanager, systemctl, dmesg, mlxfwmanager); the default is {DEFAULT_COMMAND_TIMEOUT}"
+        )
+    return value
 
 
 def driver_branch(version):
@@ -101,27 +73,31 @@ def driver_branch(version):
 class GpuFactsCollector:
     """Gathers ansible_facts.gpufleet; raises FactsError / ToolError on untrustworthy output."""
 
-    def __init__(self, module, host=None, gather_subset=SUBSETS, paths=None, critical_xids=DEFAULT_CRITICAL_XIDS):
+    def __init__(self, module, host=None, gather_subset=SUBSETS, paths=None, critical_xids=DEFAULT_CRITICAL_XIDS, command_timeout=DEFAULT_COMMAND_TIMEOUT):
         self.module = module
         self.host = host or Host()
         self.subset = set(gather_subset)
         self.paths = paths or {}
         self.critical_xids = set(critical_xids)
         self.counter = CommandCounter()
+        self.command_timeout = check_command_timeout(command_timeout)
 
     def _tool(self, cls, option):
-        return cls(self.module, path=self.paths.get(option), counter=self.counter)
+        tool = cls(self.module, path=self.paths.get(option), counter=self.counter)
+        # Every read of this collector is bounded by command_timeout, whichever wrapper method runs it.
+        tool.default_timeout = self.command_timeout
+        return tool
 
     def collect(self):
         facts = {
             "kernel": self.host.kernel_release(),
-            "boot_id": (self.host.read("proc/sys/kernel/random/boot_id") or "").strip() or None,
+            "boot_id": self.host.boot_id(),
         }
         driver, smi = self._driver_and_gpus()
         facts["driver"] = driver
         if "gpus" in self.subset or "driver" in self.subset:
             facts.update(smi)
-        nvswitches = self._nvswitches()
+        nvswitches = self.host.nvswitches()
         facts["nvswitch"] = {"present": bool(nvswitches), "count": len(nvswitches), "devices": nvswitches}
         services = self._services()
         facts["persistenced"] = {"running": services.get("nvidia-persistenced") == "active", "state": services.get("nvidia-persistenced")}
@@ -137,7 +113,7 @@ class GpuFactsCollector:
     # -- driver and GPUs -------------------------------------------------
     def _driver_and_gpus(self):
         driver = {"installed": False, "loaded": False, "version": None, "flavor": None, "branch": None, "arch": None}
-        pci_gpus = self.host.pci_devices(NVIDIA_VENDOR, GPU_CLASS_PREFIXES)
+        pci_gpus = self.host.gpus()
         smi_facts = {"cuda_version": None, "gpu_count": 0, "pci_gpu_count": len(pci_gpus), "gpus": [], "gpu_processes": [], "nvidia_smi": "absent"}
 
         proc_text = self.host.read("proc/driver/nvidia/version")
@@ -154,7 +130,7 @@ class GpuFactsCollector:
         smi = self._tool(NvidiaSmi, "nvidia_smi_path")
         if smi.available:
             driver["installed"] = True
-            rc, out, err = smi.run(["-q", "-x"], ok_rcs=None)
+            rc, out, err = smi.run(["-q", "-x"], ok_rcs=None)  # bounded by command_timeout (_tool)
             # With a GPU fallen off the bus nvidia-smi exits 15 and still reports the healthy GPUs.
             lost_but_answering = rc == NvidiaSmi.RC_GPU_LOST and "<nvidia_smi_log" in out
             if rc == 0 or lost_but_answering:
@@ -218,12 +194,6 @@ class GpuFactsCollector:
             return None
 
     # -- NVSwitch and fabric manager --------------------------------------
-    def _nvswitches(self):
-        devices = self.host.listdir("proc/driver/nvidia-nvswitch/devices")
-        if devices:
-            return devices
-        return self.host.pci_devices(NVIDIA_VENDOR, (NVSWITCH_CLASS_PREFIX,))
-
     def _services(self):
         systemctl = self._tool(Systemctl, "systemctl_path")
         if not systemctl.available:
@@ -241,24 +211,10 @@ class GpuFactsCollector:
         }
         if facts["state"] is not None:
             facts["running"] = facts["state"] == "active"
-        tool = self._tool(FabricManager, "fabricmanager_path")
-        if not tool.available:
-            return facts
-        rc, out, err = tool.run(["--version"], ok_rcs=None)
-        if rc == RC_COMMAND_NOT_FOUND:
-            return facts  # a leftover wrapper or dangling link: the package is not installed
-        facts["installed"] = True
-        try:
-            facts["version"] = fm_parser.parse_version(out + "\n" + err)
-        except ParseError as exc:
-            raise FactsError(
-                f"nv-fabricmanager --version printed no version ({exc}): is the fabric manager package complete?",
-                cmd=[tool.path, "--version"],
-                rc=rc,
-                stdout=out,
-                stderr=err,
-            ) from exc
-        if driver.get("version"):
+        # One rule with nvidia_driver (_host): a wrapper whose program is gone is not installed; a version that
+        # does not read fails the task (HostError) rather than pass as "no fabric manager".
+        facts.update(fabricmanager_version(self._tool(FabricManager, "fabricmanager_path")))
+        if facts["installed"] and driver.get("version"):
             facts["matches_driver"] = facts["version"] == driver["version"]
         return facts
 
@@ -314,15 +270,51 @@ class GpuFactsCollector:
         if rc != 0:
             # Unprivileged dmesg is refused on hardened kernels: say so, do not fail the node.
             return {"source": "dmesg", "error": (err or out).strip()[:300], "events": [], "counts": {}, "critical": []}
-        events = xid_parser.parse_kernel_log(out)
+        try:
+            events = xid_parser.parse_kernel_log(out)
+        except ParseError as exc:
+            raise FactsError(f"dmesg printed a kernel log that cannot be read: {exc}", cmd=[dmesg.path], rc=rc, stdout=out, stderr=err) from exc
         counts = xid_parser.summarize(events)
         critical = sorted(code for code in counts if code in self.critical_xids)
         return {"source": "dmesg", "events": events, "counts": counts, "critical": critical}
 
 
+# Xid codes are small positive integers (NVIDIA's catalog ends below 200); 0, negatives or huge numbers are typos.
+MAX_XID = 999
+
+
+def check_options(params):
+    """The collector's keyword arguments from gpu_facts' options; OptionError naming the option and its range."""
+    subset = params.get("gather_subset") or ["all"]
+    if "all" in subset:
+        subset = SUBSETS
+    critical = params.get("critical_xids")
+    for code in critical or []:
+        if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= MAX_XID:
+            raise OptionError(f"critical_xids: {code!r} is not an Xid code (a whole number from 1 to {MAX_XID}); remove it or fix the typo")
+    paths = {name: params.get(name) for name in ("nvidia_smi_path", "fabricmanager_path", "mlxfwmanager_path", "mstflint_path")}
+    return {
+        "gather_subset": tuple(subset),
+        "paths": paths,
+        "critical_xids": DEFAULT_CRITICAL_XIDS if critical is None else tuple(critical),
+        "command_timeout": check_command_timeout(DEFAULT_COMMAND_TIMEOUT if params.get("command_timeout") is None else params["command_timeout"]),
+    }
+
+
 def gather(module, **kwargs):
-    """Collect the facts; ToolError and FactsError propagate to the module."""
+    """Collect the facts; typed errors (GpufleetError: ToolError, FactsError, HostError) propagate to the module."""
     return GpuFactsCollector(module, **kwargs).collect()
 
 
-__all__ = ["SUBSETS", "FactsError", "GpuFactsCollector", "Host", "ToolError", "gather"]
+__all__ = [
+    "DEFAULT_COMMAND_TIMEOUT",
+    "MAX_COMMAND_TIMEOUT",
+    "SUBSETS",
+    "FactsError",
+    "GpuFactsCollector",
+    "OptionError",
+    "ToolError",
+    "check_command_timeout",
+    "check_options",
+    "gather",
+]

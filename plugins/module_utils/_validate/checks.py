@@ -13,6 +13,7 @@ report is a ``skip`` with the reason, never a silent pass.
 from __future__ import annotations
 
 import calendar
+import datetime
 import re
 import time
 
@@ -148,20 +149,24 @@ def check_fabricmanager(ctx):
 # --------------------------------------------------------------------------- Xid
 
 
-_MONOTONIC = re.compile(r"^\d+(?:\.\d+)?$")
+_MONOTONIC = re.compile(r"\d+(?:\.\d+)?")  # used with fullmatch: "$" would accept a trailing newline
 
 
 def _parse_iso(text):
     """Seconds since the epoch of an ISO 8601 time; one without a zone is the node's local time."""
     text = text.strip().replace(",", ".")
-    match = re.match(
-        r"^(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d)(?::(\d\d)(?:\.(\d+))?)?)?\s*(Z|[+-]\d\d:?\d\d)?$",
+    match = re.fullmatch(
+        r"(\d{4})-(\d\d)-(\d\d)(?:[T ](\d\d):(\d\d)(?::(\d\d)(?:\.(\d+))?)?)?\s*(Z|[+-]\d\d:?\d\d)?",
         text,
     )
     if not match:
         return None
     year, month, day, hour, minute, second, fraction, zone = match.groups()
     fields = (int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0))
+    try:
+        datetime.datetime(*fields)  # a 13th month or a 31 February is no time (mktime would roll it over silently)
+    except ValueError:
+        return None
     frac = float("0." + fraction) if fraction else 0.0
     if zone is None:
         return time.mktime((*fields, 0, 0, -1)) + frac
@@ -178,7 +183,7 @@ def parse_since(value):
     if value is None or str(value).strip().lower() in ("", "boot"):
         return None
     text = str(value).strip()
-    if _MONOTONIC.match(text):
+    if _MONOTONIC.fullmatch(text):
         return float(text)
     epoch = _parse_iso(text)
     if epoch is None:
@@ -195,7 +200,7 @@ def event_epoch(timestamp, boot_time):
     if not timestamp:
         return None
     text = timestamp.strip()
-    if _MONOTONIC.match(text):
+    if _MONOTONIC.fullmatch(text):
         return None if boot_time is None else boot_time + float(text)
     epoch = _parse_iso(text)
     if epoch is not None:

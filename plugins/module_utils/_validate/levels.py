@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import FactsError, GpuFactsCollector, Host
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import GpuFactsCollector
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import baseline as baseline_lib
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import checks as facts_checks
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import load as load_checks
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, SKIP, check_result, overall_status, summarize
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.options import check_options
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
 # name -> (check function, level that first includes it); the order is the order checks run in.
@@ -93,6 +96,33 @@ def boot_time(host):
         return None
 
 
+def _detail(exc, key):
+    """``cmd`` or ``rc`` of a typed error: an attribute (ToolError) or one of GpufleetError's details."""
+    value = getattr(exc, key, None)
+    return value if value is not None else (getattr(exc, "details", None) or {}).get(key)
+
+
+def _error_text(exc):
+    """A typed error's message, with the command it ran when it has one."""
+    text = getattr(exc, "msg", None) or str(exc)
+    cmd = _detail(exc, "cmd")
+    if cmd and " ".join(str(word) for word in cmd) not in text:
+        text += " (command: {})".format(" ".join(str(word) for word in cmd))
+    return text
+
+
+def _unfinished(name, exc):
+    """The failed verdict of a check that raised a typed error: what, which command, what to do."""
+    observed = {"error": type(exc).__name__}
+    for key in ("cmd", "rc"):
+        if _detail(exc, key) is not None:
+            observed[key] = _detail(exc, key)
+    return check_result(
+        name, FAIL, observed, None,
+        f"the {name} check could not finish: {_error_text(exc)}. Check the tool by hand on the node, or add {name} to skip_checks",
+    )
+
+
 def _facts_measurements(facts):
     gpus = (facts or {}).get("gpus") or []
     return {
@@ -105,8 +135,9 @@ class Validator:
     """Runs the selected checks on one node. ``options`` holds the module options (see gpu_validate)."""
 
     def __init__(self, module, options, host=None):
+        """Checks every option (OptionError, BaselineError, ValueError) before any command runs."""
         self.module = module
-        self.options = dict(options)
+        self.options = check_options(options)
         self.host = host or Host()
         level = self.options.get("level") or "quick"
         self.options["level"] = level
@@ -122,12 +153,16 @@ class Validator:
 
     def _facts(self):
         critical = self.options.get("critical_xids") or DEFAULT_CRITICAL_XIDS
-        collector = GpuFactsCollector(self.module, host=self.host, gather_subset=FACT_SUBSETS, paths=self.paths, critical_xids=critical)
+        collector = GpuFactsCollector(
+            self.module, host=self.host, gather_subset=FACT_SUBSETS, paths=self.paths, critical_xids=critical,
+            command_timeout=self.options["command_timeout"],
+        )
         collector.counter = self.counter
         try:
             return collector.collect(), None
-        except (FactsError, ToolError) as exc:
-            return None, exc.msg
+        except (GpufleetError, ParseError) as exc:
+            # The facts checks turn this into failed verdicts that carry the message (tool, limit, what to do).
+            return None, _error_text(exc)
 
     def run(self):
         facts, error = self._facts()
@@ -142,9 +177,10 @@ class Validator:
             check = CHECKS[name][0]
             try:
                 results.append(check(ctx))
-            except (ToolError, ParseError, ValueError) as exc:
+            except (GpufleetError, ParseError) as exc:
                 # A check that cannot finish is a failed check with the reason, not a crashed validation.
-                results.append(check_result(name, FAIL, None, None, f"the {name} check could not finish: {exc}"))
+                # Any other exception is a bug in the check: it is not swallowed.
+                results.append(_unfinished(name, exc))
         measurements = _facts_measurements(facts)
         measurements.update({"busbw_gbps": None, "busbw_peak_gbps": None, "gflops": None, "gflops_min": None})
         measurements.update(ctx.measurements)

@@ -12,11 +12,10 @@ how to skip it; only the CUDA smoke test, which has no standard tool, is skipped
 
 from __future__ import annotations
 
-import re
-
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import dcgm as dcgm_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import gpuburn as burn_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nccl as nccl_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvlink as nvlink_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
     AllReducePerf,
@@ -71,67 +70,56 @@ class ValidationTools:
         return tool
 
 
-def _tool_failure(name, exc, expected, skip_hint):
-    """A failing check from a ToolError (timeout, missing tool, unexpected exit status)."""
+# coreutils timeout: 124 when it stopped the tool at the limit, 137 when the tool needed SIGKILL.
+RC_TIMED_OUT = (124, 137)
+
+
+def _tool_failure(name, exc, expected, skip_hint, timeout_option="timeout"):
+    """A failing check from a ToolError (timeout, missing tool, unexpected exit status).
+
+    ``timeout_option`` is the option that sets this check's limit: ``command_timeout`` for the reads, ``timeout`` for the loads.
+    """
     message = exc.msg
     if exc.rc is None and "was not found" in message:
         message += f"; install it, set its path option, or add {name} to skip_checks"
-    elif exc.rc == 124:
-        message += ": raise the timeout option or look for a hung GPU (dmesg, nvidia-smi)"
+    elif exc.rc in RC_TIMED_OUT:
+        message += f": raise the {timeout_option} option or look for a hung GPU (dmesg, nvidia-smi)"
     if skip_hint:
         message += f" ({skip_hint})"
     observed = {"rc": exc.rc}
     if exc.rc is not None:
         observed["output"] = (exc.stderr or exc.stdout or "").strip()[-300:]
+    if exc.cmd:
+        observed["cmd"] = list(exc.cmd)
     return check_result(name, FAIL, observed, expected, message)
 
 
 # --------------------------------------------------------------------------- NVLink
-
-_NVLINK_GPU = re.compile(r"^GPU\s+(?P<index>\d+):\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?\s*$")
-_NVLINK_LINK = re.compile(r"^Link\s+(?P<link>\d+):\s*(?P<value>.*?)\s*$")
-_NVLINK_SPEED = re.compile(r"^(?P<speed>\d+(?:\.\d+)?)\s*GB/s$")
-
-
-def parse_nvlink_status(text):
-    """``nvidia-smi nvlink -s`` -> ``[{"index", "name", "uuid", "links": [{"link", "up", "gbps", "raw"}], "unsupported"}]``.
-
-    A link prints its speed when up and ``<inactive>`` when down; a GPU in MIG mode prints that
-    NVLink queries are not supported. GPUs without NVLink print no link line.
-    """
-    gpus = []
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        match = _NVLINK_GPU.match(line)
-        if match:
-            gpus.append({"index": int(match.group("index")), "name": match.group("name"), "uuid": match.group("uuid"), "links": [], "unsupported": None})
-            continue
-        match = _NVLINK_LINK.match(line)
-        if match and gpus:
-            value = match.group("value")
-            speed = _NVLINK_SPEED.match(value)
-            gpus[-1]["links"].append(
-                {"link": int(match.group("link")), "up": bool(speed), "gbps": float(speed.group("speed")) if speed else None, "raw": value}
-            )
-            continue
-        if gpus and "not supported" in line.lower():
-            gpus[-1]["unsupported"] = line
-    return gpus
-
 
 def check_nvlink(ctx):
     name = "nvlink"
     expected = {"inactive_links": 0}
     smi = ctx.tools.tool(NvidiaSmi, "nvidia_smi_path")
     try:
-        rc, out, err = smi.run(["nvlink", "-s"], ok_rcs=None, timeout=ctx.options.get("query_timeout"))
+        # A read: bounded by command_timeout (the long checks' timeout is for loads).
+        rc, out, err = smi.run(["nvlink", "-s"], ok_rcs=None, timeout=ctx.options.get("command_timeout"))
     except ToolError as exc:
-        return _tool_failure(name, exc, expected, None)
-    gpus = parse_nvlink_status(out)
+        return _tool_failure(name, exc, expected, None, timeout_option="command_timeout")
+    try:
+        gpus = nvlink_parser.parse_status(out)
+    except ParseError as exc:
+        if rc != 0:
+            gpus = []
+        else:
+            return check_result(
+                name, FAIL, {"rc": rc, "output": (out or err).strip()[-300:], "cmd": [smi.path, "nvlink", "-s"]}, expected,
+                f"{exc}: check that nvidia-smi belongs to the loaded driver (nvidia-smi -q), or add nvlink to skip_checks",
+            )
     if rc != 0 and not gpus:
-        return check_result(name, FAIL, {"rc": rc, "output": (err or out).strip()[-300:]}, expected, f"nvidia-smi nvlink -s failed with exit status {rc}")
+        return check_result(
+            name, FAIL, {"rc": rc, "output": (err or out).strip()[-300:], "cmd": [smi.path, "nvlink", "-s"]}, expected,
+            f"nvidia-smi nvlink -s failed with exit status {rc}: {(err or out).strip()[:200] or 'no output'}; check nvidia-smi and dmesg",
+        )
     # A GPU in MIG mode says NVLink queries are not supported: not measurable, so not counted.
     unsupported = {gpu["index"]: gpu["unsupported"] for gpu in gpus if gpu["unsupported"] and not gpu["links"]}
     measured = [gpu for gpu in gpus if gpu["index"] not in unsupported]
@@ -145,7 +133,8 @@ def check_nvlink(ctx):
                 f"the node has NVSwitch but nvidia-smi shows no NVLink link on {len(measured)} GPU(s): check the fabric manager, "
                 "the NVSwitch state (SXid in dmesg) and reset the GPUs",
             )
-        reason = next(iter(unsupported.values())) if unsupported else "these GPUs have no NVLink"
+        notes = [note for gpu in measured for note in gpu.get("notes") or []]
+        reason = next(iter(unsupported.values())) if unsupported else (notes[0] if notes else "these GPUs have no NVLink")
         return check_result(name, SKIP, {"links": 0}, None, f"not checked: {reason}")
     down = {gpu["index"]: [link["link"] for link in gpu["links"] if not link["up"]] for gpu in gpus}
     down = {index: numbers for index, numbers in down.items() if numbers}
@@ -360,5 +349,4 @@ __all__ = [
     "check_nccl",
     "check_nvlink",
     "nccl_argv",
-    "parse_nvlink_status",
 ]

@@ -62,12 +62,19 @@ def find_stragglers(nodes, tolerance_pct=10.0, metrics=DEFAULT_METRICS, min_node
     node and metric. A metric measured on fewer than ``min_nodes`` nodes is not judged (the median
     of two nodes cannot tell which one is slow). Higher is better for every metric.
     """
+    if isinstance(tolerance_pct, bool):
+        raise StragglerError(f"tolerance_pct must be a number, not {tolerance_pct!r}")
     try:
         tolerance = float(tolerance_pct)
     except (TypeError, ValueError) as exc:
         raise StragglerError(f"tolerance_pct must be a number, not {tolerance_pct!r}") from exc
-    if not 0 <= tolerance < 100:
+    if not 0 <= tolerance < 100:  # also refuses nan
         raise StragglerError(f"tolerance_pct must be between 0 and 100, not {tolerance_pct!r}")
+    # A string is not a list of metrics: tuple("busbw_gbps") would compare the letters and flag nobody.
+    if isinstance(metrics, str) or not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) and m for m in metrics):
+        raise StragglerError(f"metrics must be a list of measurement names ({', '.join(DEFAULT_METRICS)}), not {metrics!r}")
+    if isinstance(min_nodes, bool) or not isinstance(min_nodes, int) or min_nodes < 2:
+        raise StragglerError(f"min_nodes must be a whole number of nodes from 2 up, not {min_nodes!r}")
     table = node_measurements(nodes)
     flagged = []
     for metric in metrics:
@@ -76,7 +83,7 @@ def find_stragglers(nodes, tolerance_pct=10.0, metrics=DEFAULT_METRICS, min_node
             value = measured.get(metric)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 values[name] = float(value)
-        if len(values) < int(min_nodes):
+        if len(values) < min_nodes:
             continue
         middle = median(values.values())
         if middle <= 0:

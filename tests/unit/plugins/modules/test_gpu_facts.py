@@ -6,7 +6,9 @@ import pathlib
 import re
 
 import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import gather as _gpu_facts
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_facts
 
 from tests.conftest import real_params
@@ -50,7 +52,7 @@ def node(tmp_path, monkeypatch):
     return _make
 
 
-RealHost = _gpu_facts.Host
+RealHost = _host.Host
 
 
 HGX_PCI = (
@@ -247,3 +249,103 @@ def test_library_version_mismatch_waiting_for_reboot_is_reported_not_failed(comm
     assert "Driver/library version mismatch" in facts["nvidia_smi_message"]
     assert facts["driver"]["version"] == "550.90.07" and facts["driver"]["loaded"] is True  # the kernel module still loaded
     assert facts["gpu_count"] == 0 and facts["pci_gpu_count"] == 2
+
+
+# -- time limits, option ranges and typed errors (issue 8) --------------------------------------
+
+
+def test_hung_nvidia_smi_fails_naming_the_tool_and_the_limit(commands, node, run_module):
+    full_node(commands, node)
+    # coreutils timeout exits 124 when it stops the tool at the limit.
+    commands.on([commands.binaries["nvidia-smi"], "-q", "-x"], rc=124)
+    result = run_module(gpu_facts.main, {"command_timeout": 45})
+    assert result["failed"] is True
+    assert result["msg"] == "nvidia-smi did not finish within 45 s (timed out and was stopped)"
+    assert result["rc"] == 124
+    assert result["cmd"] == ["/usr/bin/timeout", "--kill-after=10", "45", commands.binaries["nvidia-smi"], "-q", "-x"]
+
+
+def test_command_timeout_bounds_every_read(commands, node, run_module):
+    full_node(commands, node)
+    run_module(gpu_facts.main, {"command_timeout": 30})
+    assert len(commands.calls) == 5
+    assert {call["timeout"] for call in commands.calls} == {30}
+
+
+def test_every_read_has_the_default_limit(commands, node, run_module):
+    full_node(commands, node)
+    run_module(gpu_facts.main, {})
+    assert {call["timeout"] for call in commands.calls} == {120}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"command_timeout": 0}, r"^command_timeout must be a whole number of seconds from 1 to 3600, got 0"),
+        ({"command_timeout": -5}, r"^command_timeout must be a whole number of seconds from 1 to 3600, got -5"),
+        ({"command_timeout": 3601}, r"^command_timeout must be a whole number of seconds from 1 to 3600, got 3601"),
+        ({"critical_xids": [79, 0]}, r"^critical_xids: 0 is not an Xid code \(a whole number from 1 to 999\)"),
+        ({"critical_xids": [-79]}, r"^critical_xids: -79 is not an Xid code"),
+        ({"critical_xids": [79000]}, r"^critical_xids: 79000 is not an Xid code"),
+    ],
+)
+def test_out_of_range_options_fail_before_any_command(commands, node, run_module, args, expected):
+    full_node(commands, node)
+    result = run_module(gpu_facts.main, args)
+    assert result["failed"] is True
+    assert re.search(expected, result["msg"]), result["msg"]
+    assert commands.calls == []
+
+
+def test_a_parse_error_becomes_fail_json_not_a_traceback(commands, node, run_module, monkeypatch):
+    full_node(commands, node)
+
+    def broken(text):
+        raise ParseError("dmesg: cannot read the kernel log")
+
+    monkeypatch.setattr(_gpu_facts.xid_parser, "parse_kernel_log", broken)
+    result = run_module(gpu_facts.main, {})
+    assert result["failed"] is True
+    assert result["msg"] == "dmesg printed a kernel log that cannot be read: dmesg: cannot read the kernel log"
+    assert result["cmd"] == [commands.binaries["dmesg"]]
+
+
+def test_a_parse_error_that_escapes_a_collector_is_still_a_fail_json(commands, node, run_module, monkeypatch):
+    full_node(commands, node)
+
+    def broken(self):
+        raise ParseError("systemctl is-active: unreadable")
+
+    monkeypatch.setattr(_gpu_facts.GpuFactsCollector, "_services", broken)
+    result = run_module(gpu_facts.main, {})
+    assert result["failed"] is True and result["msg"] == "systemctl is-active: unreadable"
+
+
+def test_an_unexpected_exception_is_a_bug_and_is_not_swallowed(commands, node, run_module, monkeypatch):
+    full_node(commands, node)
+
+    def broken(self):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(_gpu_facts.GpuFactsCollector, "_services", broken)
+    with pytest.raises(KeyError):
+        run_module(gpu_facts.main, {})
+
+
+@pytest.mark.parametrize("rc", [126, 127])
+def test_fabric_manager_wrapper_whose_program_is_gone_is_not_installed_like_nvidia_driver(commands, node, run_module, rc):
+    """One rule with nvidia_driver (_host): 126 (not executable) and 127 (not found) both mean not installed."""
+    full_node(commands, node)
+    commands.on([commands.binaries["nv-fabricmanager"], "--version"], rc=rc, stderr="nv-fabricmanager: cannot execute\n")
+    facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
+    assert facts["fabricmanager"]["installed"] is False
+    assert facts["fabricmanager"]["version"] is None and facts["fabricmanager"]["matches_driver"] is None
+
+
+def test_cut_off_fabric_manager_version_fails_rather_than_mismatches(commands, node, run_module):
+    full_node(commands, node)
+    commands.on([commands.binaries["nv-fabricmanager"], "--version"], stdout="Fabric Manager version is : 535.1\n")
+    result = run_module(gpu_facts.main, {})
+    assert result["failed"] is True
+    assert "'535.1', which is not a whole driver version" in result["msg"]
+    assert result["cmd"] == [commands.binaries["nv-fabricmanager"], "--version"]

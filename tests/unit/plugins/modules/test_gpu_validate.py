@@ -308,3 +308,136 @@ def test_nvidia_smi_without_driver_fails_gpu_count_and_skips_gpu_checks(node, to
     for name in ("ecc", "temperature", "clocks_event_reasons", "pcie_link"):
         assert checks[name]["status"] == "skip"
     assert checks["nvlink"]["status"] == "fail"
+
+
+# -- time limits of the reads, option ranges and typed errors (issue 8) ---------------------------
+
+
+def test_command_timeout_bounds_every_read_the_nvlink_query_too(node, tools, commands, run_module):
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "command_timeout": 30})
+    assert result["status"] == "pass", result.get("msg")
+    assert [call["timeout"] for call in commands.calls] == [30] * 5
+    assert commands.calls[-1]["argv"] == [tools["nvidia-smi"], "nvlink", "-s"]
+
+
+def test_hung_nvlink_query_is_a_failed_verdict_naming_the_limit_and_the_option(node, tools, commands, run_module):
+    commands.on(["/usr/bin/timeout", "--kill-after=10", "30", tools["nvidia-smi"], "nvlink", "-s"], rc=124)
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "command_timeout": 30, "fail_on": "never"})
+    nvlink = by_name(result)["nvlink"]
+    assert nvlink["status"] == "fail"
+    assert nvlink["message"] == (
+        "nvidia-smi did not finish within 30 s (timed out and was stopped): raise the command_timeout option or look for a hung GPU (dmesg, nvidia-smi)"
+    )
+    assert nvlink["observed"]["rc"] == 124
+    assert nvlink["observed"]["cmd"] == ["/usr/bin/timeout", "--kill-after=10", "30", tools["nvidia-smi"], "nvlink", "-s"]
+    assert result["failed_checks"] == ["nvlink"]
+
+
+def test_hung_nvidia_smi_query_fails_the_facts_checks_with_the_limit(node, tools, commands, run_module):
+    commands.on(["/usr/bin/timeout", "--kill-after=10", "30", tools["nvidia-smi"], "-q", "-x"], rc=124)
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "command_timeout": 30})
+    assert result["failed"] is True
+    gpu_count = by_name(result)["gpu_count"]
+    assert gpu_count["status"] == "fail"
+    assert "nvidia-smi did not finish within 30 s" in gpu_count["message"]
+    assert "gpu_count: the node's GPU state could not be read: nvidia-smi did not finish within 30 s" in result["msg"]
+
+
+def test_unreadable_nvlink_output_with_exit_status_0_is_a_failed_verdict(node, tools, commands, run_module):
+    commands.on([tools["nvidia-smi"], "nvlink", "-s"], stdout="Failed to initialize NVML: Unknown Error\n")
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "fail_on": "never"})
+    nvlink = by_name(result)["nvlink"]
+    assert nvlink["status"] == "fail"
+    assert nvlink["message"].startswith("nvidia-smi nvlink -s: no 'GPU n:' line in the output, which starts 'Failed to initialize NVML")
+    assert "skip_checks" in nvlink["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"burn_seconds": -1}, "burn_seconds must be a whole number from 1 to 43200 seconds, got -1"),
+        ({"burn_seconds": 0}, "burn_seconds must be a whole number from 1 to 43200 seconds, got 0"),
+        ({"timeout": 0}, "timeout must be a whole number from 1 to 86400 seconds, got 0"),
+        ({"command_timeout": 0}, "command_timeout must be a whole number of seconds from 1 to 3600, got 0"),
+        ({"command_timeout": 7200}, "command_timeout must be a whole number of seconds from 1 to 3600, got 7200"),
+        ({"max_temperature_c": 0}, "max_temperature_c must be a whole number from 1 to 125 degrees Celsius, got 0"),
+        ({"max_temperature_c": 850}, "max_temperature_c must be a whole number from 1 to 125 degrees Celsius, got 850"),
+        ({"expected_gpu_count": 0}, "expected_gpu_count must be a whole number from 1 to 64 GPUs, got 0"),
+        ({"expected_gpu_count": -8}, "expected_gpu_count must be a whole number from 1 to 64 GPUs, got -8"),
+        ({"nccl_min_busbw_gbps": -1}, "nccl_min_busbw_gbps must be a number from 0.001 to 10000 GB/s, got -1.0"),
+        ({"nccl_min_busbw_gbps": 1e9}, "nccl_min_busbw_gbps must be a number from 0.001 to 10000 GB/s, got 1000000000.0"),
+        ({"nccl_min_busbw_gbps": "nan"}, "nccl_min_busbw_gbps must be a number from 0.001 to 10000 GB/s, got nan"),
+        ({"baseline_busbw_tolerance_pct": -5}, "baseline_busbw_tolerance_pct must be a number from 0 to 99.9 percent, got -5.0"),
+        ({"baseline_busbw_tolerance_pct": 100}, "baseline_busbw_tolerance_pct must be a number from 0 to 99.9 percent, got 100.0"),
+        ({"critical_xids": [79, 0]}, "critical_xids: 0 is not an Xid code (a whole number from 1 to 999)"),
+        ({"expected_driver_version": "535.161"}, "expected_driver_version '535.161' is not a whole NVIDIA driver version"),
+        ({"expected_driver_version": "550.90.07\n"}, "expected_driver_version '550.90.07\\n' is not a whole NVIDIA driver version"),
+        ({"expected_fabricmanager_version": "latest"}, "expected_fabricmanager_version 'latest' is not a whole NVIDIA driver version"),
+        ({"burn_args": ["-tc", ""]}, "burn_args: '' is not an argument"),
+    ],
+)
+def test_out_of_range_options_fail_before_any_command_with_the_range(node, tools, commands, run_module, args, expected):
+    result = run_module(gpu_validate.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(expected), result["msg"]
+    assert "checks" not in result
+    assert commands.calls == []
+
+
+@pytest.mark.parametrize("args", [{"burn_seconds": 43200, "timeout": 86400, "command_timeout": 3600, "max_temperature_c": 125,
+                                   "expected_gpu_count": 64, "baseline_busbw_tolerance_pct": 0, "nccl_min_busbw_gbps": 0.5}])
+def test_the_ends_of_each_range_are_accepted(node, tools, commands, run_module, args):
+    result = run_module(gpu_validate.main, dict(args, fail_on="never"))
+    assert "checks" in result, result.get("msg")
+
+
+def test_a_typed_error_in_a_check_is_a_failed_verdict_with_the_command(node, tools, commands, run_module, monkeypatch):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
+    def broken(ctx):
+        raise GpufleetError("nvidia-smi printed nonsense", cmd=["/usr/bin/nvidia-smi", "nvlink", "-s"], rc=0)
+
+    monkeypatch.setitem(_validate_levels.CHECKS, "nvlink", (broken, "quick"))
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "fail_on": "never"})
+    nvlink = by_name(result)["nvlink"]
+    assert nvlink["status"] == "fail"
+    assert nvlink["message"] == (
+        "the nvlink check could not finish: nvidia-smi printed nonsense (command: /usr/bin/nvidia-smi nvlink -s). "
+        "Check the tool by hand on the node, or add nvlink to skip_checks"
+    )
+    assert nvlink["observed"] == {"error": "GpufleetError", "cmd": ["/usr/bin/nvidia-smi", "nvlink", "-s"], "rc": 0}
+    assert by_name(result)["gpu_count"]["status"] == "pass"  # the other checks still ran
+
+
+def test_a_parse_error_in_a_check_is_a_failed_verdict(node, tools, commands, run_module, monkeypatch):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+
+    def broken(ctx):
+        raise ParseError("dcgmi diag: no result")
+
+    monkeypatch.setitem(_validate_levels.CHECKS, "nvlink", (broken, "quick"))
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "fail_on": "never"})
+    assert by_name(result)["nvlink"]["message"].startswith("the nvlink check could not finish: dcgmi diag: no result.")
+
+
+@pytest.mark.parametrize("exc", [KeyError("bug"), ValueError("a bug, not a tool's answer"), TypeError("bug")])
+def test_an_unexpected_exception_in_a_check_is_a_bug_and_is_not_swallowed(node, tools, commands, run_module, monkeypatch, exc):
+    def broken(ctx):
+        raise exc
+
+    monkeypatch.setitem(_validate_levels.CHECKS, "nvlink", (broken, "quick"))
+    with pytest.raises(type(exc)):
+        run_module(gpu_validate.main, {"expected_gpu_count": 2, "fail_on": "never"})
+
+
+def test_a_typed_error_while_gathering_facts_fails_the_facts_checks_not_the_run(node, tools, commands, run_module, monkeypatch):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
+    def broken(self):
+        raise GpufleetError("systemctl is-active answered for another unit", cmd=["/usr/bin/systemctl", "is-active"])
+
+    monkeypatch.setattr(_validate_levels.GpuFactsCollector, "_services", broken)
+    result = run_module(gpu_validate.main, {"expected_gpu_count": 2, "fail_on": "never"})
+    assert by_name(result)["gpu_count"]["status"] == "fail"
+    assert "systemctl is-active answered for another unit (command: /usr/bin/systemctl is-active)" in by_name(result)["gpu_count"]["message"]
+    assert by_name(result)["nvlink"]["status"] == "pass"

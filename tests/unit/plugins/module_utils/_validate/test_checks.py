@@ -212,6 +212,17 @@ def test_parse_since_boot_and_garbage():
         checks.parse_since("last tuesday")
 
 
+@pytest.mark.parametrize("text", ["2025-13-01T00:00:00Z", "2025-02-31T00:00:00Z", "2025-01-21T25:00:00", "2025-01-21T04:41:44Z trailing"])
+def test_parse_since_refuses_times_that_do_not_exist_naming_the_option(text):
+    # A 13th month used to end as "month must be in 1..12" (no option named); 31 February rolled over to March.
+    with pytest.raises(ValueError, match=r"^xid_since '.*' is neither 'boot'"):
+        checks.parse_since(text)
+
+
+def test_event_epoch_of_an_impossible_kernel_log_time_is_unknown_not_a_crash():
+    assert checks.event_epoch("2025-13-01T00:00:00+00:00", None) is None
+
+
 def test_event_epoch_forms():
     assert checks.event_epoch("12.5", 1000.0) == 1012.5
     assert checks.event_epoch("12.5", None) is None

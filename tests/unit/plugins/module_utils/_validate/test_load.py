@@ -1,4 +1,4 @@
-"""gpu_validate tool checks without a module: NVLink parsing (own and real captures), levels, baseline forms."""
+"""gpu_validate tool checks without a module: levels, baseline forms, NVLink and gpu-burn verdicts (the NVLink parser: _parsers/test_nvlink.py)."""
 
 from __future__ import annotations
 
@@ -6,44 +6,9 @@ import pathlib
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import baseline, levels, load
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.load import nccl_argv, parse_nvlink_status
-
-from tests.conftest import REAL, real_params
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.load import nccl_argv
 
 OWN = pathlib.Path(__file__).resolve().parents[4] / "fixtures" / "validate"
-
-
-def test_nvlink_own_fixture_with_an_inactive_link():
-    gpus = parse_nvlink_status((OWN / "nvsmi_nvlink_s_2gpu_gpu1-link1-inactive.txt").read_text())
-    assert [g["index"] for g in gpus] == [0, 1]
-    assert gpus[1]["uuid"] == "GPU-7d1e2f30-4a5b-4c6d-8e9f-a0b1c2d3e4f5"
-    assert [(link["link"], link["up"], link["gbps"]) for link in gpus[1]["links"]] == [(0, True, 26.562), (1, False, None)]
-    assert gpus[1]["links"][1]["raw"] == "<inactive>"
-
-
-@pytest.mark.parametrize("path", real_params("nvidia-smi/nvsmi_nvlink_s_GB200_*"))
-def test_nvlink_real_gb200_capture(path):
-    gpus = parse_nvlink_status(path.read_text())
-    # read from the file: GPU 0 is an NVIDIA GB200 with 18 links at 53.125 GB/s
-    assert gpus[0]["name"] == "NVIDIA GB200"
-    assert gpus[0]["uuid"] == "GPU-d1b93026-6d5b-03bd-3a71-f85b47a61bde"
-    assert len(gpus[0]["links"]) == 18
-    assert {link["gbps"] for link in gpus[0]["links"]} == {53.125}
-    assert all(link["up"] for gpu in gpus for link in gpu["links"])
-
-
-@pytest.mark.parametrize("path", real_params("nvgpuexp_captures/split_h100-mig__590.48.01/*nvlink-s.txt"))
-def test_nvlink_real_mig_capture_is_unsupported_not_down(path):
-    gpus = parse_nvlink_status(path.read_text())
-    assert gpus[0]["links"] == []
-    assert "not supported" in gpus[0]["unsupported"]
-
-
-def test_nvlink_real_a10_capture_has_no_links():
-    path = REAL / "nvidia-smi" / "nvsmi_nvlink_s_A10_gpud.txt"
-    if not path.exists():
-        pytest.skip("../shared/fixtures/real is absent")
-    assert parse_nvlink_status(path.read_text()) == []
 
 
 def test_levels_include_each_other_and_document_their_checks():
