@@ -64,11 +64,21 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Validate each node
+  gpufleet.lifecycle.gpu_validate:
+    level: standard
+  register: validation
+
+- name: Keep each node's entry for the report
+  ansible.builtin.set_fact:
+    validation_entry:
+      name: "{{ inventory_hostname }}"
+      result: "{{ validation }}"
+
 - name: Write the validation report
   gpufleet.lifecycle.validation_report:
-    nodes: "{{ ansible_play_hosts_all | map('extract', hostvars) | selectattr('gpu_validate_record', 'defined')
-               | map(attribute='gpu_validate_record') | list }}"
-    stragglers: "{{ gpu_validate_stragglers }}"
+    nodes: "{{ ansible_play_hosts_all | map('extract', hostvars) | selectattr('validation_entry', 'defined')
+               | map(attribute='validation_entry') | list }}"
     expected_hosts: "{{ ansible_play_hosts_all }}"
     dest: reports/
   delegate_to: localhost
@@ -114,7 +124,7 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import write_reports
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.report import EXTENSIONS, RENDERERS, build_report
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.validation import EXTENSIONS, RENDERERS, build_report
 
 
 def main():

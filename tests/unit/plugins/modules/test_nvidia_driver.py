@@ -9,7 +9,7 @@ import pathlib
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import node as _driver_node
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import package as _driver_package
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import Host
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host
 from ansible_collections.gpufleet.lifecycle.plugins.modules import nvidia_driver
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"

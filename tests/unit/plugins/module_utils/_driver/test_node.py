@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError, Node
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import Host
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host
 
 APPS = ["/usr/bin/nvidia-smi", "--query-compute-apps=pid,process_name,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
 PROC_VERSION = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.90.07  Release Build  (dvs-builder@U16-I3-B03-4-3)  Wed May 29 2024\n"
