@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DEFAULT_LOAD, DriverError, Node
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.package import FabricManagerPackage, PackageMethod
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import PlanError, diff, parse_checksum, plan, predict_reboot
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import check_options, diff, plan, predict_reboot
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile import RunfileMethod
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
 
@@ -24,12 +24,9 @@ INSTALL_ACTIONS = ("install", "upgrade", "downgrade", "reinstall")
 class DriverManager:
     def __init__(self, module, node=None, method=None, fabricmanager=None):
         self.module = module
-        self.options = dict(module.params)
+        # Every option is checked before the first command runs (and before a tool is even looked up).
+        self.options = check_options(module.params)
         self.counter = CommandCounter()
-        if self.options["method"] == "runfile" and self.options["state"] == "present":
-            if not self.options.get("source"):
-                raise PlanError("method: runfile needs source (the path or URL of NVIDIA-Linux-x86_64-<version>.run) and checksum")
-            self.options["checksum_hex"] = parse_checksum(self.options.get("checksum"))
         self.node = node or Node(module, counter=self.counter)
         self.method = method or self._method()
         self._fm = fabricmanager
