@@ -685,3 +685,67 @@ def test_module_file_run_as_ansible_runs_it_never_logs_a_secret_source(tmp_path)
     assert "Invoked with" in logged
     for text in (proc.stdout, proc.stderr, logged):
         assert "hunter2" not in text
+
+
+# -- invariant 10: the fabric manager equals the driver after every change ----------------------------------
+
+def _runfile_upgrade(n, tmp_path, commands, fm_after):
+    """A runfile upgrade on an NVSwitch node whose fabric manager package install leaves ``fm_after`` behind."""
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path)
+    installer = ["/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms"]
+    commands.on(installer)
+    n.hooks[tuple(installer)] = lambda: n.set_driver(NEW)
+    apt_install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", *APT_OPTS, "nvidia-fabricmanager-550=550.90.07-1"]
+    commands.on(apt_install)
+    n.hooks[tuple(apt_install)] = lambda: n.set_fm(fm_after)
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-fabricmanager-550"])
+    return args
+
+
+def test_fabric_manager_that_did_not_follow_the_driver_fails_the_change(node, tmp_path, commands, run_module):
+    """apt-get said yes but nv-fabricmanager still answers the old version: NVLink would not work, so the change failed."""
+    n = node()
+    args = _runfile_upgrade(n, tmp_path, commands, fm_after=OLD)
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"driver {NEW} is installed but nvidia-fabricmanager is {OLD}: install the matching fabric manager")
+    assert result["node_state"]["driver_loaded"] == NEW and result["node_state"]["fabricmanager"] == OLD
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+def test_fabric_manager_service_down_after_the_change_fails_it(node, tmp_path, commands, run_module):
+    n = node()
+    args = _runfile_upgrade(n, tmp_path, commands, fm_after=NEW)
+    start_fm = ["/usr/bin/systemctl", "start", "nvidia-fabricmanager"]
+    n.hooks[tuple(start_fm)] = lambda: commands.on(IS_ACTIVE, rc=3, stdout="active\nfailed\nactive\n")
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"nvidia-fabricmanager {NEW} is installed but the service is failed: see journalctl -u nvidia-fabricmanager")
+
+
+# -- a hung nvidia-smi is stopped by its time limit, and the message says so --------------------------------
+
+def test_hung_nvidia_smi_before_acting_says_it_timed_out(node, tmp_path, commands, run_module):
+    n = node()
+    commands.on(SMI_VERSION, rc=124)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] is True
+    assert result["msg"].startswith("nvidia-smi did not finish within 120 s (timed out and was stopped)")
+    assert "Nothing was changed" in result["msg"] and "dmesg" in result["msg"]
+    assert result["rc"] == 124 and result["cmd"][:3] == ["/usr/bin/timeout", "--kill-after=10", "120"]
+    assert n.argvs() == [SMI_VERSION]
+    assert not n.state_file.exists()
+
+
+def test_hung_nvidia_smi_after_the_install_says_it_timed_out(node, tmp_path, commands, run_module):
+    n = node()
+    args = _runfile_upgrade(n, tmp_path, commands, fm_after=NEW)
+    installer = ("/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms")
+    n.hooks[installer] = lambda: (n.set_driver(NEW), commands.on(SMI_VERSION, rc=124))
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert "nvidia-smi did not finish within 120 s (timed out and was stopped)" in result["msg"]
+    assert "Nothing was changed" not in result["msg"]
+    assert "did not finish within 120 s" in result["node_state"]["error"]
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
