@@ -19,6 +19,12 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
 
 INSTALL_ACTIONS = ("install", "upgrade", "downgrade", "reinstall")
+_TOOL_DETAILS = ("cmd", "rc", "stdout", "stderr")
+
+
+def _extra(exc):
+    """The details of ``exc`` besides the command's (``node_state``, ``gpu_processes``...)."""
+    return {key: value for key, value in exc.details.items() if key not in _TOOL_DETAILS}
 
 
 class DriverManager:
@@ -63,7 +69,10 @@ class DriverManager:
 
     # -- the run ---------------------------------------------------------------
     def run(self):
-        before = self.read_current()
+        try:
+            before = self.read_current()
+        except (DriverError, ToolError) as exc:
+            raise DriverError.from_tool(exc, f"{exc.msg}. Nothing was changed", **_extra(exc)) from exc
         the_plan = plan(before, self.options)
         result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before}
         if not the_plan["changed"] or self.module.check_mode:

@@ -113,7 +113,12 @@ class Node:
     def _smi_status(self):
         if not self.smi.available:
             return {}
-        rc, out, err = self.smi.run(["--query-gpu=driver_version", "--format=csv,noheader"], ok_rcs=None)
+        try:
+            rc, out, err = self.smi.run(["--query-gpu=driver_version", "--format=csv,noheader"], ok_rcs=None)
+        except ToolError as exc:  # hung (stopped by its time limit): NVML or a GPU does not answer
+            raise DriverError.from_tool(
+                exc, f"{exc.msg}: the GPU or its driver does not answer. Check dmesg for Xid and NVRM errors, then reboot the node"
+            ) from exc
         if rc == 0:
             versions = {line.strip() for line in out.splitlines() if line.strip()}
             return {"nvidia_smi": "ok", "nvidia_smi_version": sorted(versions)[0] if versions else None}
