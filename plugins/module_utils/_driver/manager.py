@@ -313,8 +313,4 @@ class DriverManager:
         }
 
 
-def run(module):
-    return DriverManager(module).run()
-
-
-__all__ = ["DriverManager", "run"]
+__all__ = ["DriverManager"]

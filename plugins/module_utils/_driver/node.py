@@ -131,7 +131,7 @@ class Node:
         tool = Modinfo(self.module, counter=self.counter)
         if not tool.available:
             return {}
-        rc, out, _err = tool.run(["nvidia"], ok_rcs=None)
+        rc, out, _err = tool.module_info("nvidia")
         if rc != 0:
             return {}
         try:

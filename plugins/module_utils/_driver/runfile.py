@@ -66,9 +66,6 @@ class RunfileMethod:
         self.counter = counter
         self.path = None
 
-    def installed(self):
-        return None  # the installed version is read with modinfo (see Node.read)
-
     def prepare(self):
         """Download (``source`` a URL, or ``presigned_url``) and verify the sha256; DriverError on mismatch. Returns the path."""
         source = self.options.get("presigned_url") or self.options["source"]

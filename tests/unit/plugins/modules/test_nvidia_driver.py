@@ -677,7 +677,7 @@ def test_module_file_run_as_ansible_runs_it_never_logs_a_secret_source(tmp_path)
         f"sys.argv = [{str(root / 'plugins/modules/nvidia_driver.py')!r}, {str(argsfile)!r}]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
-    env = {"PYTHONPATH": str(root / ".collections"), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+    env = {"PYTHONPATH": str(root / ".collections"), "PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, env=env, timeout=60, check=False)
     result = json.loads(proc.stdout)
     assert result["failed"] is True and result["msg"].startswith("source carries a user name or password"), result
@@ -749,3 +749,37 @@ def test_hung_nvidia_smi_after_the_install_says_it_timed_out(node, tmp_path, com
     assert "Nothing was changed" not in result["msg"]
     assert "did not finish within 120 s" in result["node_state"]["error"]
     assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+# -- package manager output that does not read as expected stops the module before anything changes ------------
+
+@pytest.mark.parametrize(
+    ("dpkg", "message"),
+    [
+        ("nvidia-driver-550-open 550.90.07-1\n", "cannot read what dpkg-query says about the NVIDIA packages: dpkg-query: line 1 is not"),
+        ("nvidia-driver-550-open 2024.1-1 ii \n", "package nvidia-driver-550-open is installed at version '2024.1', which is not an NVIDIA driver version"),
+    ],
+    ids=["unreadable", "not-a-driver-version"],
+)
+def test_unexpected_dpkg_query_output_changes_nothing(node, tmp_path, commands, run_module, dpkg, message):
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout=dpkg)
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)})
+    assert result["failed"] is True
+    assert result["msg"].startswith(message) and result["msg"].endswith("Nothing was changed")
+    assert n.argvs() == [DPKG_QUERY]
+    assert not n.state_file.exists()
+
+
+def test_dnf_without_versionlock_says_what_to_install(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    for tool in ("dnf", "rpm"):
+        commands.tool(tool)
+    commands.on(RPM_Q, rc=1, stdout=(FIXTURES / "driver/rpm_q_535.txt").read_text())
+    commands.on(["/usr/bin/dnf", "versionlock", "list"], rc=2, stderr="No such command: versionlock.\n")
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "dnf", "state_file": str(n.state_file)})
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot list the dnf version locks (dnf failed with exit status 2: No such command: versionlock.)")
+    assert "python3-dnf-plugin-versionlock" in result["msg"]
+    assert n.argvs() == [RPM_Q, ["/usr/bin/dnf", "versionlock", "list"]]
