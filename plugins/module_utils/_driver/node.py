@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import NVIDIA_VENDOR, NVSWITCH_CLASS_PREFIX, Host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import fabricmanager as fm_parser
@@ -121,7 +122,13 @@ class Node:
             ) from exc
         if rc == 0:
             versions = {line.strip() for line in out.splitlines() if line.strip()}
-            return {"nvidia_smi": "ok", "nvidia_smi_version": sorted(versions)[0] if versions else None}
+            if len(versions) > 1 or not all(_version.is_driver_version(v) for v in versions):
+                raise DriverError(
+                    f"nvidia-smi --query-gpu=driver_version answered {out.strip()[:200]!r}, not one driver version for every GPU: "
+                    "check nvidia-smi on the node (a half-loaded driver, a GPU with an error)",
+                    cmd=[self.smi.path, "--query-gpu=driver_version", "--format=csv,noheader"], rc=rc, stdout=out, stderr=err,
+                )
+            return {"nvidia_smi": "ok", "nvidia_smi_version": versions.pop() if versions else None}
         status = {NvidiaSmi.RC_NO_DRIVER: "no_driver", NvidiaSmi.RC_NO_DEVICE: "no_devices", NvidiaSmi.RC_GPU_LOST: "gpu_lost"}.get(rc, "error")
         if "version mismatch" in (out + err).lower():
             status = "version_mismatch"  # user space and kernel module differ: a reload or reboot is pending

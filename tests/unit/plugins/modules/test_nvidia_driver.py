@@ -783,3 +783,15 @@ def test_dnf_without_versionlock_says_what_to_install(node, tmp_path, commands, 
     assert result["msg"].startswith("cannot list the dnf version locks (dnf failed with exit status 2: No such command: versionlock.)")
     assert "python3-dnf-plugin-versionlock" in result["msg"]
     assert n.argvs() == [RPM_Q, ["/usr/bin/dnf", "versionlock", "list"]]
+
+
+@pytest.mark.parametrize("answer", [f"{NEW}\n{OLD}\n", "[N/A]\n", f"{NEW}\r\nNVIDIA-SMI has failed\n"], ids=["two-versions", "na", "garbage"])
+def test_nvidia_smi_version_that_does_not_read_as_one_version_fails(node, tmp_path, commands, run_module, answer):
+    """Not a silent pick of sorted(versions)[0]: the module stops and shows what nvidia-smi said."""
+    n = node()
+    commands.on(SMI_VERSION, stdout=answer)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] is True
+    assert result["msg"].startswith("nvidia-smi --query-gpu=driver_version answered ")
+    assert result["msg"].endswith("Nothing was changed") and result["stdout"] == answer
+    assert n.argvs() == [SMI_VERSION]
