@@ -300,7 +300,7 @@ class DriverManager:
     def _describe_node(self, current=None):
         try:
             current = current or self.read_current()
-        except (DriverError, ToolError) as exc:
+        except (DriverError, ToolError, ValueError) as exc:  # ValueError: a parser's ParseError
             return {"error": f"could not read the node after the failure: {exc}"}
         drv = current["driver"]
         return {
