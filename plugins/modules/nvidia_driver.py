@@ -66,7 +66,6 @@ options:
       - An C(https://) URL of the runfile that carries its own credentials (an S3 or GCS presigned URL, an Azure SAS URL),
         instead of O(source). It is C(no_log); messages show it without its query string.
     type: str
-    version_added: 0.2.0
   url_username:
     description:
       - User name for the download when O(source) is a URL, sent with the first request (HTTP basic authentication).
@@ -79,7 +78,6 @@ options:
       - HTTP headers sent with the download, for example an C(Authorization) header with a bearer token, or a repository's API key header.
       - The option is C(no_log), so its values never appear in output or logs. Names are HTTP header names, values one line of text.
     type: dict
-    version_added: 0.2.0
   checksum:
     description:
       - The sha256 of the runfile, as V(sha256:<hex>) or bare hex. Required with O(method=runfile). A mismatch fails before anything changes.
