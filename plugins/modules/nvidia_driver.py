@@ -69,6 +69,7 @@ options:
   url_username:
     description:
       - User name for the download when O(source) is a URL, sent with the first request (HTTP basic authentication).
+      - O(url_username), O(url_password) and O(url_headers) are sent only over C(https://); with an C(http://) or C(ftp://) URL the module refuses them.
     type: str
   url_password:
     description: Password for the download when O(source) is a URL (with O(url_username)).

@@ -86,6 +86,13 @@ def _check_source(options):
 def _check_url_options(options):
     if options.get("url_password") is not None and not options.get("url_username"):
         raise PlanError("url_password needs url_username (HTTP basic authentication sends both)")
+    url = options.get("presigned_url") or options.get("source") or ""
+    credentials = options.get("url_username") or options.get("url_password") or options.get("url_headers")
+    if credentials and _artifact.is_url(url) and not url.lower().startswith("https://"):
+        raise PlanError(
+            f"url_username, url_password and url_headers are sent only over https://, and the runfile URL is {_artifact.redact_url(url)}: "
+            "serve it over https (its sha256 is checked either way)"
+        )
     for name, value in (options.get("url_headers") or {}).items():
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
             raise PlanError(f"url_headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)")

@@ -532,6 +532,10 @@ BAD_OPTIONS = [
     ({"url_password": "pw"}, "url_password needs url_username"),
     ({"url_headers": {"Authorization": "Bearer x\r\nX-Injected: 1"}}, "url_headers: the value of Authorization"),
     ({"url_headers": {"Bad Name": "x"}}, "url_headers: 'Bad Name' is not an HTTP header name"),
+    ({"source": "http://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run", "url_username": "fleet", "url_password": "pw"},
+     "url_username, url_password and url_headers are sent only over https://"),
+    ({"source": "ftp://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run", "url_headers": {"X-Api-Key": "k"}},
+     "url_username, url_password and url_headers are sent only over https://"),
 ]
 
 
@@ -795,3 +799,14 @@ def test_nvidia_smi_version_that_does_not_read_as_one_version_fails(node, tmp_pa
     assert result["msg"].startswith("nvidia-smi --query-gpu=driver_version answered ")
     assert result["msg"].endswith("Nothing was changed") and result["stdout"] == answer
     assert n.argvs() == [SMI_VERSION]
+
+
+def test_runfile_missing_on_the_node_changes_nothing(node, tmp_path, commands, run_module):
+    n = node()
+    apt_tools(commands)
+    missing = str(tmp_path / "NVIDIA-Linux-x86_64-550.90.07.run.missing")
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path, source=missing))
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{missing} does not exist on the node (or is not a file): copy it there first")
+    assert n.argvs() == READ
+    assert not n.state_file.exists()
