@@ -165,7 +165,10 @@ def fetch(module, url, dest, checksum, headers=None, url_username=None, url_pass
     if response is None or info.get("status") != 200:
         raise ArtifactError(f"cannot download {shown}: HTTP {info.get('status')} {redact_urls_in(info.get('msg'))}. Nothing was changed. {hint}")
     folder = os.path.dirname(os.path.abspath(dest))
-    fd, part = tempfile.mkstemp(prefix=".gpufleet-download.", dir=folder)
+    try:
+        fd, part = tempfile.mkstemp(prefix=".gpufleet-download.", dir=folder)
+    except OSError as exc:
+        raise ArtifactError(f"cannot download {shown} into {folder}: {exc.strerror or exc}. Nothing was changed") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             for chunk in iter(lambda: response.read(CHUNK), b""):

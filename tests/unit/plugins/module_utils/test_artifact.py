@@ -171,3 +171,9 @@ def test_fetch_fail_json_of_the_http_client_becomes_an_error(tmp_path, monkeypat
     with pytest.raises(ArtifactError, match=r"^cannot download https://artifacts\.example\.com/fw/image\.fwpkg: Failed to validate") as caught:
         fetch(_Module(), URL, str(tmp_path / "image.fwpkg"), "0" * 64)
     assert "s3cr3t" not in caught.value.msg
+
+
+def test_fetch_into_a_folder_that_does_not_exist_is_an_error_not_a_traceback(tmp_path, monkeypatch):
+    _fake_fetch(monkeypatch, _Body(b"image"), {"status": 200, "msg": "OK"})
+    with pytest.raises(ArtifactError, match=r"^cannot download https://artifacts\.example\.com/fw/image\.fwpkg into .*/missing: "):
+        fetch(_Module(), URL, str(tmp_path / "missing" / "image.fwpkg"), "0" * 64)
