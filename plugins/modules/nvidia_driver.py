@@ -55,18 +55,30 @@ options:
     default: runfile
   source:
     description:
-      - Path on the node of C(NVIDIA-Linux-x86_64-<version>.run), or an C(https://) URL to download it from. Required with O(method=runfile).
+      - Path on the node of C(NVIDIA-Linux-x86_64-<version>.run) (absolute), or an C(https://) URL to download it from.
+        Required with O(method=runfile) unless O(presigned_url) is given.
+      - A URL with a user name or password (C(user:password@host)) or with a signature, credential or token in its query
+        (C(X-Amz-Signature), C(X-Amz-Credential), C(sig), C(token)...) is refused before anything runs, since this option is
+        logged with the task's arguments. Use O(url_username) and O(url_password), O(url_headers), or O(presigned_url), which are C(no_log).
+    type: str
+  presigned_url:
+    description:
+      - An C(https://) URL of the runfile that carries its own credentials (an S3 or GCS presigned URL, an Azure SAS URL),
+        instead of O(source). It is C(no_log); messages show it without its query string.
     type: str
   url_username:
     description:
       - User name for the download when O(source) is a URL, sent with the first request (HTTP basic authentication).
-      - Prefer this (with O(url_password)) to credentials written into O(source). The messages of the module never show the
-        C(user:password@) part or the query string of a URL (a presigned URL's signature), but the task's own arguments
-        (C(invocation) with C(-v)) do; keep secrets out of O(source) or set C(no_log) on the task.
+      - O(url_username), O(url_password) and O(url_headers) are sent only over C(https://); with an C(http://) or C(ftp://) URL the module refuses them.
     type: str
   url_password:
     description: Password for the download when O(source) is a URL (with O(url_username)).
     type: str
+  url_headers:
+    description:
+      - HTTP headers sent with the download, for example an C(Authorization) header with a bearer token, or a repository's API key header.
+      - The option is C(no_log), so its values never appear in output or logs. Names are HTTP header names, values one line of text.
+    type: dict
   checksum:
     description:
       - The sha256 of the runfile, as V(sha256:<hex>) or bare hex. Required with O(method=runfile). A mismatch fails before anything changes.
@@ -119,7 +131,10 @@ options:
     choices: [refuse, reboot]
     default: refuse
   timeout:
-    description: Seconds allowed for the installer or the package manager, and for O(gpu_processes=wait).
+    description:
+      - Seconds allowed for the installer or the package manager, and for O(gpu_processes=wait); from V(1) to V(86400).
+      - The commands that only read the node (C(nvidia-smi), C(modinfo), C(systemctl)) have a limit of their own (120 seconds),
+        so a hung GPU makes the module fail with a message that says so instead of hanging the task.
     type: int
     default: 900
   package_manager:
@@ -130,7 +145,7 @@ options:
   package_release:
     description:
       - The package release appended to the version, V(1) in NVIDIA's repositories (C(nvidia-driver-550-open=550.90.07-1),
-        C(nvidia-fabricmanager-550.90.07-1)). Some Ubuntu builds use V(0ubuntu1).
+        C(nvidia-fabricmanager-550.90.07-1)). Some Ubuntu builds use V(0ubuntu1). Letters, digits and C(.+~_) only.
     type: str
     default: "1"
   state_file:
@@ -142,9 +157,10 @@ options:
     type: bool
     default: true
   rollout_id:
-    description: The rollout this change belongs to, written into the history entry.
+    description: The rollout this change belongs to, written into the history entry. One line of at most 128 printable characters.
     type: str
 notes:
+  - Every option is checked before the first command runs; a bad value fails with a message naming the option, and nothing is changed.
   - The runfile does not contain the fabric manager. On NVSwitch systems the module installs the package at the same version;
     when it cannot, it fails before touching the driver (set O(fabricmanager=skip) to manage it yourself).
   - The modules are unloaded with C(rmmod), never forced. When they cannot be unloaded the module fails and changes nothing, unless
@@ -173,6 +189,20 @@ EXAMPLES = r"""
     gpu_processes: wait
     timeout: 600
     busy_modules: reboot  # a display server holds the GPU: install beside it and reboot (see the next task)
+
+- name: Download the runfile with a token header
+  gpufleet.lifecycle.nvidia_driver:
+    version: 550.90.07
+    source: https://artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run
+    checksum: sha256:1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b
+    url_headers:
+      Authorization: "Bearer {{ artifact_token }}"
+
+- name: Download the runfile from a presigned S3 URL (no_log, never logged with the task)
+  gpufleet.lifecycle.nvidia_driver:
+    version: 550.90.07
+    presigned_url: "{{ runfile_presigned_url }}"
+    checksum: sha256:1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b
 
 - name: Download the runfile with credentials (never written into the URL)
   gpufleet.lifecycle.nvidia_driver:
@@ -235,20 +265,22 @@ commands_run:
   sample: 14
 """
 
+from ansible.module_utils import basic
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.manager import DriverManager
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import PlanError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import secret_options
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError, fail_kwargs
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import DEFAULT_PATH
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import ToolError
 
 ARGUMENT_SPEC = {
     "version": {"type": "str"},
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
     "method": {"type": "str", "choices": ["runfile", "package"], "default": "runfile"},
     "source": {"type": "str"},
+    "presigned_url": {"type": "str", "no_log": True},
     "url_username": {"type": "str"},
     "url_password": {"type": "str", "no_log": True},
+    "url_headers": {"type": "dict", "no_log": True},
     "checksum": {"type": "str"},
     "kernel_module": {"type": "str", "choices": ["open", "proprietary"], "default": "open"},
     "dkms": {"type": "bool", "default": True},
@@ -267,16 +299,26 @@ ARGUMENT_SPEC = {
 }
 
 
+def argument_spec():
+    """ARGUMENT_SPEC, with ``source`` no_log when it carries a secret: AnsibleModule logs its invocation before any check of ours."""
+    try:
+        hidden = secret_options(basic._load_params())
+    except Exception:  # pylint: disable=broad-except  # unreadable arguments: AnsibleModule reports that itself
+        hidden = []
+    return {name: dict(spec, no_log=True) if name in hidden else spec for name, spec in ARGUMENT_SPEC.items()}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
+        argument_spec=argument_spec(),
         required_if=[("state", "present", ("version",))],
+        mutually_exclusive=[("source", "presigned_url")],
         supports_check_mode=True,
     )
     try:
         result = DriverManager(module).run()
-    except (DriverError, ToolError, PlanError) as exc:
-        module.fail_json(**exc.fail_kwargs())
+    except (GpufleetError, ValueError) as exc:  # ValueError: a parser's ParseError, a version that does not read
+        module.fail_json(**fail_kwargs(exc))
     for note in result.pop("warnings_text", []):
         module.warn(note)
     module.exit_json(**result)

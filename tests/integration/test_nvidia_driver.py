@@ -355,3 +355,34 @@ def test_gpu_process_refused(fleet, failures):
     assert [p["pid"] for p in result["gpu_processes"]] == [777001]
     assert_old_driver_works(fleet, "fail-proc", result)
     assert fleet.sim("fail-proc")["processes"][0]["pid"] == 777001
+
+
+# --- options refused before anything changes (issue 8) ----------------------------------------------------
+
+def test_role_refuses_a_source_url_with_a_password_and_never_shows_it(fleet):
+    """The preflight's module call refuses it; at -vvv neither the output nor the registered results carry the secret."""
+    secret_url = "https://fleet:hunter2@artifacts.example.com/NVIDIA-Linux-x86_64-570.124.06.run?X-Amz-Signature=hunter2"  # noqa: S105 (made up)
+    runfiles = {OLD: fleet.runfiles[OLD], NEW: {"source": secret_url, "checksum": fleet.runfiles[NEW]["checksum"]}}
+    variables = {"targets": "check-hgx", "entry": "main", "nvidia_driver_state_file": STATE_FILE, "nvidia_driver_hold_kernel": False,
+                 "nvidia_driver_runfiles": runfiles, "nvidia_driver_version": NEW}
+    proc = fleet.ansible_playbook(fleet.playbook, "-vvv", "-e", json.dumps(variables))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "source carries a user name or password (user:password@ before the host)" in out
+    assert "hunter2" not in out
+    assert f"Install NVIDIA driver {NEW}" not in out
+    assert_untouched(fleet, "check-hgx")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"nvidia_driver_timeout": 0}, "must be whole numbers of seconds from 1 to 86400"),
+    # The package method: the preflight's module call (check mode, both methods) refuses it by the module's own rule.
+    ({"nvidia_driver_version": NEW + "\n", "nvidia_driver_method": "package", "nvidia_driver_package_manager": "apt"},
+     "version '570.124.06\\n' is not a whole NVIDIA driver version"),
+], ids=["timeout-0", "version-newline"])
+def test_role_refuses_a_bad_option_before_anything_changes(fleet, extra, message):
+    proc = fleet.role("check-hgx", "main", {"nvidia_driver_version": NEW, **extra})
+    assert proc.returncode != 0
+    assert message in proc.stdout, proc.stdout[-3000:]
+    assert "Install NVIDIA driver" not in proc.stdout
+    assert_untouched(fleet, "check-hgx")

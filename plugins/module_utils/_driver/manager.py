@@ -14,22 +14,25 @@ from __future__ import annotations
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DEFAULT_LOAD, DriverError, Node
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.package import FabricManagerPackage, PackageMethod
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import PlanError, diff, parse_checksum, plan, predict_reboot
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import check_options, diff, plan, predict_reboot
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile import RunfileMethod
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
 
 INSTALL_ACTIONS = ("install", "upgrade", "downgrade", "reinstall")
+_TOOL_DETAILS = ("cmd", "rc", "stdout", "stderr")
+
+
+def _extra(exc):
+    """The details of ``exc`` besides the command's (``node_state``, ``gpu_processes``...)."""
+    return {key: value for key, value in exc.details.items() if key not in _TOOL_DETAILS}
 
 
 class DriverManager:
     def __init__(self, module, node=None, method=None, fabricmanager=None):
         self.module = module
-        self.options = dict(module.params)
+        # Every option is checked before the first command runs (and before a tool is even looked up).
+        self.options = check_options(module.params)
         self.counter = CommandCounter()
-        if self.options["method"] == "runfile" and self.options["state"] == "present":
-            if not self.options.get("source"):
-                raise PlanError("method: runfile needs source (the path or URL of NVIDIA-Linux-x86_64-<version>.run) and checksum")
-            self.options["checksum_hex"] = parse_checksum(self.options.get("checksum"))
         self.node = node or Node(module, counter=self.counter)
         self.method = method or self._method()
         self._fm = fabricmanager
@@ -66,7 +69,10 @@ class DriverManager:
 
     # -- the run ---------------------------------------------------------------
     def run(self):
-        before = self.read_current()
+        try:
+            before = self.read_current()
+        except (DriverError, ToolError) as exc:
+            raise DriverError.from_tool(exc, f"{exc.msg}. Nothing was changed", **_extra(exc)) from exc
         the_plan = plan(before, self.options)
         result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before}
         if not the_plan["changed"] or self.module.check_mode:
@@ -294,7 +300,7 @@ class DriverManager:
     def _describe_node(self, current=None):
         try:
             current = current or self.read_current()
-        except (DriverError, ToolError) as exc:
+        except (DriverError, ToolError, ValueError) as exc:  # ValueError: a parser's ParseError
             return {"error": f"could not read the node after the failure: {exc}"}
         drv = current["driver"]
         return {
@@ -307,8 +313,4 @@ class DriverManager:
         }
 
 
-def run(module):
-    return DriverManager(module).run()
-
-
-__all__ = ["DriverManager", "run"]
+__all__ = ["DriverManager"]

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host, HostError, fabricmanager_version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
@@ -112,10 +113,21 @@ class Node:
     def _smi_status(self):
         if not self.smi.available:
             return {}
-        rc, out, err = self.smi.run(["--query-gpu=driver_version", "--format=csv,noheader"], ok_rcs=None)
+        try:
+            rc, out, err = self.smi.run(["--query-gpu=driver_version", "--format=csv,noheader"], ok_rcs=None)
+        except ToolError as exc:  # hung (stopped by its time limit): NVML or a GPU does not answer
+            raise DriverError.from_tool(
+                exc, f"{exc.msg}: the GPU or its driver does not answer. Check dmesg for Xid and NVRM errors, then reboot the node"
+            ) from exc
         if rc == 0:
             versions = {line.strip() for line in out.splitlines() if line.strip()}
-            return {"nvidia_smi": "ok", "nvidia_smi_version": sorted(versions)[0] if versions else None}
+            if len(versions) > 1 or not all(_version.is_driver_version(v) for v in versions):
+                raise DriverError(
+                    f"nvidia-smi --query-gpu=driver_version answered {out.strip()[:200]!r}, not one driver version for every GPU: "
+                    "check nvidia-smi on the node (a half-loaded driver, a GPU with an error)",
+                    cmd=[self.smi.path, "--query-gpu=driver_version", "--format=csv,noheader"], rc=rc, stdout=out, stderr=err,
+                )
+            return {"nvidia_smi": "ok", "nvidia_smi_version": versions.pop() if versions else None}
         status = {NvidiaSmi.RC_NO_DRIVER: "no_driver", NvidiaSmi.RC_NO_DEVICE: "no_devices", NvidiaSmi.RC_GPU_LOST: "gpu_lost"}.get(rc, "error")
         if "version mismatch" in (out + err).lower():
             status = "version_mismatch"  # user space and kernel module differ: a reload or reboot is pending
@@ -125,7 +137,7 @@ class Node:
         tool = Modinfo(self.module, counter=self.counter)
         if not tool.available:
             return {}
-        rc, out, _err = tool.run(["nvidia"], ok_rcs=None)
+        rc, out, _err = tool.module_info("nvidia")
         if rc != 0:
             return {}
         try:

@@ -23,13 +23,17 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.common.sys_info import get_distribution, get_distribution_version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import branch
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import packages as packages_parser
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import AptGet, AptMark, Dnf, DpkgQuery, Rpm, ToolError
 
 APT_DISTROS = ("debian", "ubuntu", "linuxmint", "pop", "raspbian")
 DNF_DISTROS = ("redhat", "rhel", "centos", "rocky", "almalinux", "oracle", "ol", "fedora", "amazon", "openeuler")
-_APT_DRIVER = re.compile(r"^nvidia-driver-(?P<branch>\d+)(?:-server)?(?P<open>-open)?$")
+_APT_DRIVER = re.compile(r"nvidia-driver-(?P<branch>\d+)(?:-server)?(?P<open>-open)?")
+_APT_FABRICMANAGER = re.compile(r"nvidia-fabricmanager-\d+")  # not nvidia-fabricmanager-dev-<branch>
 _KMOD = {"open": "kmod-nvidia-open-dkms", "proprietary": "kmod-nvidia-latest-dkms"}
 
 
@@ -48,15 +52,22 @@ def detect_package_manager(option="auto"):
     )
 
 
-def upstream(version):
-    """Debian or RPM version without epoch and release: ``1:550.90.07-0ubuntu1`` -> ``550.90.07``."""
-    version = version.split(":", 1)[-1]
-    return version.rsplit("-", 1)[0] if "-" in version else version
+def _parsed(parse, tool, out, err, *args):
+    """``parse(out, *args)``; DriverError (with the output) when the package manager printed something unexpected."""
+    try:
+        return parse(out, *args)
+    except ParseError as exc:
+        raise DriverError(f"cannot read what {tool} says about the NVIDIA packages: {exc}", stdout=out, stderr=err) from exc
 
 
-def _locked(name, locks):
-    """True when a versionlock entry (``nvidia-driver-3:550.90.07-1.el9.*``) pins ``name`` itself, not a longer name."""
-    return any(lock.startswith(name + "-") and lock[len(name) + 1 : len(name) + 2].isdigit() for lock in locks)
+def _driver_version(version, package):
+    """``version`` of ``package`` when it is a whole driver version: a package named like the driver at another version scheme is not it."""
+    if not _version.is_driver_version(version):
+        raise DriverError(
+            f"package {package} is installed at version {version!r}, which is not an NVIDIA driver version: "
+            "it is not NVIDIA's package (check the repository configuration), or use method: runfile"
+        )
+    return version
 
 
 class Apt:
@@ -83,22 +94,22 @@ class Apt:
     def installed(self):
         """``{"driver": (version, flavor) or None, "fabricmanager": version or None, "held": bool, "packages": [...]}``."""
         tool = DpkgQuery(self.module, counter=self.counter, required=True)
-        _rc, out, _err = tool.run(["-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\\n", "nvidia-driver-*", "nvidia-fabricmanager-*"], ok_rcs=(0, 1))
+        # Exit status 1: no package matches one of the patterns (nothing of that kind is installed).
+        _rc, out, err = tool.run(["-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\\n", "nvidia-driver-*", "nvidia-fabricmanager-*"], ok_rcs=(0, 1))
         found = {"driver": None, "fabricmanager": None, "held": True, "packages": []}
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) < 3 or parts[2][1:2] != "i":
+        for package in _parsed(packages_parser.parse_dpkg_query, "dpkg-query", out, err):
+            if not package["installed"]:
                 continue  # listed but not installed (removed, config files only)
-            name, version, status = parts[0], upstream(parts[1]), parts[2]
-            match = _APT_DRIVER.match(name)
+            name = package["name"]
+            match = _APT_DRIVER.fullmatch(name)
             if match:
-                found["driver"] = (version, "open" if match.group("open") else "proprietary")
-            elif name.startswith("nvidia-fabricmanager-"):
-                found["fabricmanager"] = version
+                found["driver"] = (_driver_version(package["upstream"], name), "open" if match.group("open") else "proprietary")
+            elif _APT_FABRICMANAGER.fullmatch(name):
+                found["fabricmanager"] = _driver_version(package["upstream"], name)
             else:
                 continue
             found["packages"].append(name)
-            found["held"] = found["held"] and status.startswith("h")
+            found["held"] = found["held"] and package["held"]
         found["held"] = found["held"] and bool(found["packages"])
         return found
 
@@ -142,23 +153,25 @@ class DnfBackend:
 
     def installed(self):
         names = [self.DRIVER, self.KMOD["open"], self.KMOD["proprietary"], self.FABRICMANAGER]
-        _rc, out, _err = Rpm(self.module, counter=self.counter, required=True).run(["-q", "--qf", "%{NAME} %{VERSION}\\n", *names], ok_rcs=None)
-        versions = {}
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] in names:
-                versions[parts[0]] = parts[1]
+        # Exit status: the number of names not installed.
+        _rc, out, err = Rpm(self.module, counter=self.counter, required=True).run(["-q", "--qf", "%{NAME} %{VERSION}\\n", *names], ok_rcs=None)
+        versions = _parsed(packages_parser.parse_rpm_query, "rpm -q", out, err, names)
         flavor = "open" if self.KMOD["open"] in versions else ("proprietary" if self.KMOD["proprietary"] in versions else None)
         found = {
-            "driver": (versions[self.DRIVER], flavor) if self.DRIVER in versions else None,
-            "fabricmanager": versions.get(self.FABRICMANAGER),
+            "driver": (_driver_version(versions[self.DRIVER], self.DRIVER), flavor) if self.DRIVER in versions else None,
+            "fabricmanager": _driver_version(versions[self.FABRICMANAGER], self.FABRICMANAGER) if self.FABRICMANAGER in versions else None,
             "packages": [n for n in names if n in versions],
             "held": False,
         }
         if found["packages"]:
-            _rc, locks, _err = Dnf(self.module, counter=self.counter, required=True).run(["versionlock", "list"], ok_rcs=None)
-            locked = [line.strip() for line in locks.splitlines()]
-            found["held"] = all(_locked(name, locked) for name in found["packages"])
+            try:
+                _rc, locks, err = Dnf(self.module, counter=self.counter, required=True).run(["versionlock", "list"])
+            except ToolError as exc:
+                raise DriverError.from_tool(
+                    exc, f"cannot list the dnf version locks ({exc.msg}): install python3-dnf-plugin-versionlock (dnf 4), which holds the driver packages"
+                ) from exc
+            entries = _parsed(packages_parser.parse_versionlock_list, "dnf versionlock list", locks, err)
+            found["held"] = all(packages_parser.is_locked(name, entries) for name in found["packages"])
         return found
 
     def install(self, specs, allow_downgrade, unlock=()):
@@ -288,4 +301,4 @@ class FabricManagerPackage:
             self.packages.remove(names)
 
 
-__all__ = ["Apt", "DnfBackend", "FabricManagerPackage", "PackageMethod", "backend", "detect_package_manager", "upstream"]
+__all__ = ["Apt", "DnfBackend", "FabricManagerPackage", "PackageMethod", "backend", "detect_package_manager"]

@@ -6,27 +6,33 @@
 
 from __future__ import annotations
 
+import os
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact, _tools, _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-
-_VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
-_SHA256 = re.compile(r"^(?:sha256:)?([0-9a-fA-F]{64})$")
 
 DRIVER_ACTIONS = ("none", "install", "upgrade", "downgrade", "reinstall", "activate", "hold", "remove")
 FM_ACTIONS = ("none", "install", "upgrade", "downgrade", "remove")
+# A Debian revision or RPM release: what goes after "<version>-" in a package spec (never an apt-get flag).
+_PACKAGE_RELEASE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+~_]{0,63}")
+# A rollout id is written into the node state file and shown in reports: one line, printable.
+_ROLLOUT_ID = re.compile(r"[^\x00-\x1f\x7f\s](?:[^\x00-\x1f\x7f]{0,126}[^\x00-\x1f\x7f\s])?")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
+_HEADER_VALUE = re.compile(r"[^\x00-\x08\x0a-\x1f\x7f]*")
+_URL_OPTIONS = "url_username / url_password (HTTP basic authentication), url_headers (a token header) or presigned_url (a URL that carries its signature)"
 
 
 class PlanError(GpufleetError):
     """The options ask for something the module refuses to do; the message says what to change."""
 
 
-def version_key(version):
-    """``"550.90.07"`` -> ``(550, 90, 7)``; PlanError for anything else."""
-    if not version or not _VERSION.match(str(version)):
-        raise PlanError(f"{version!r} is not an NVIDIA driver version (expected for example 550.90.07)")
-    return tuple(int(part) for part in str(version).split("."))
+def version_key(version, what="driver version"):
+    """``"550.90.07"`` -> ``(550, 90, 7)``; PlanError naming ``what`` for anything that is not a whole version (see ``_version``)."""
+    try:
+        return _version.version_key(version, what)
+    except _version.VersionError as exc:
+        raise PlanError(str(exc)) from exc
 
 
 def branch(version):
@@ -36,21 +42,107 @@ def branch(version):
 
 def parse_checksum(checksum):
     """``sha256:<hex>`` or bare hex -> lower-case hex; PlanError otherwise."""
-    match = _SHA256.match((checksum or "").strip())
-    if not match:
+    try:
+        return _artifact.parse_checksum(checksum)
+    except _artifact.ArtifactError as exc:
+        raise PlanError(exc.msg) from exc
+
+
+def secret_options(raw):
+    """The options of ``raw`` (the module's arguments before AnsibleModule reads them) that must be no_log.
+
+    A ``source`` URL with ``user:password@`` or a signature in its query is refused by :func:`check_options`;
+    treating it as no_log as well keeps it out of the invocation that AnsibleModule logs before that check.
+    """
+    source = (raw or {}).get("source")
+    return ["source"] if isinstance(source, str) and _artifact.is_url(source) and _artifact.secret_in_url(source) else []
+
+
+def _absolute(options, name):
+    value = options.get(name)
+    if value is not None and (not os.path.isabs(value) or any(c in value for c in "\n\r\x00")):
+        raise PlanError(f"{name} must be an absolute path on the node, got {value!r}")
+
+
+def _check_source(options):
+    source, presigned = options.get("source"), options.get("presigned_url")
+    if source and presigned:
+        raise PlanError("give source or presigned_url, not both")
+    if presigned and not _artifact.is_url(presigned):
+        raise PlanError("presigned_url must be an https:// URL (its value is not shown: it is no_log)")
+    if not source:
+        return
+    if _artifact.is_url(source):
+        reason = _artifact.secret_in_url(source)
+        if reason:
+            raise PlanError(
+                f"source carries {reason}: such a value would be logged with the task's arguments. Nothing was changed. "
+                f"Give the URL without it and use {_URL_OPTIONS}: those options are no_log"
+            )
+    elif not os.path.isabs(source) or any(c in source for c in "\n\r\x00"):
+        raise PlanError(f"source must be an absolute path on the node or an https:// URL, got {source!r}")
+
+
+def _check_url_options(options):
+    if options.get("url_password") is not None and not options.get("url_username"):
+        raise PlanError("url_password needs url_username (HTTP basic authentication sends both)")
+    url = options.get("presigned_url") or options.get("source") or ""
+    credentials = options.get("url_username") or options.get("url_password") or options.get("url_headers")
+    if credentials and _artifact.is_url(url) and not url.lower().startswith("https://"):
         raise PlanError(
-            f"checksum {checksum!r} is not a sha256: give sha256:<64 hex digits> or the 64 hex digits "
-            "(NVIDIA publishes them beside each runfile; or run sha256sum on the file you trust)"
+            f"url_username, url_password and url_headers are sent only over https://, and the runfile URL is {_artifact.redact_url(url)}: "
+            "serve it over https (its sha256 is checked either way)"
         )
-    return match.group(1).lower()
+    for name, value in (options.get("url_headers") or {}).items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise PlanError(f"url_headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)")
+        if not isinstance(value, str) or not _HEADER_VALUE.fullmatch(value):
+            # The value is not shown: it is a secret (url_headers is no_log).
+            raise PlanError(f"url_headers: the value of {name} must be text on one line (no line break or control character)")
 
 
-def _direction(before, after):
+def check_options(params):
+    """The module's options, checked whole before the first command; PlanError naming the option otherwise.
+
+    Returns a copy with ``checksum_hex`` (the runfile's sha256, lower-case) when a runfile is installed.
+    """
+    options = dict(params)
+    if options.get("version") is not None or options.get("state") == "present":
+        version_key(options.get("version"), "version")
+    try:
+        _tools.check_timeout(options.get("timeout"), "timeout")
+    except _tools.ToolError as exc:
+        raise PlanError(exc.msg + " (seconds allowed for the installer or package manager, and for gpu_processes: wait)") from exc
+    if not _PACKAGE_RELEASE.fullmatch(str(options.get("package_release") or "")):
+        raise PlanError(
+            f"package_release {options.get('package_release')!r} is not a package release: give what follows the version in the "
+            "repository's package version (1 in NVIDIA's repositories, 0ubuntu1 in some Ubuntu builds)"
+        )
+    for name in ("state_file", "kernel_source_path"):
+        _absolute(options, name)
+    rollout = options.get("rollout_id")
+    if rollout is not None and not _ROLLOUT_ID.fullmatch(rollout):
+        raise PlanError(f"rollout_id {rollout!r} is not a rollout id: one line of 1 to 128 printable characters")
+    _check_source(options)
+    _check_url_options(options)
+    if options.get("method") == "runfile" and options.get("state") == "present":
+        if not (options.get("source") or options.get("presigned_url")) or not options.get("checksum"):
+            raise PlanError(
+                "method: runfile needs source (the path or URL of NVIDIA-Linux-x86_64-<version>.run; or presigned_url) and checksum"
+            )
+        options["checksum_hex"] = parse_checksum(options["checksum"])
+    elif options.get("checksum") is not None:
+        parse_checksum(options["checksum"])
+    return options
+
+
+def _direction(before, after, what):
+    """``what`` names ``before`` (read on the node) in the message when it is not a whole version."""
     if before is None:
         return "install"
     if before == after:
         return "none"
-    return "upgrade" if version_key(after) > version_key(before) else "downgrade"
+    return "upgrade" if version_key(after, "version") > version_key(before, what) else "downgrade"
 
 
 def fabricmanager_wanted(option, nvswitch_present):
@@ -87,8 +179,8 @@ def plan(current, options):
             result["fabricmanager"].update(action="remove", after=None)
     else:
         target = options["version"]
-        version_key(target)
-        action = _direction(installed, target)
+        version_key(target, "version")
+        action = _direction(installed, target, "the installed driver version")
         if action == "downgrade" and not options.get("allow_downgrade"):
             raise PlanError(
                 f"driver {installed} is installed and {target} is older: refusing to downgrade. "
@@ -105,7 +197,7 @@ def plan(current, options):
             action = "hold"  # package method: someone released the hold; unattended upgrades could move it
         result["driver"].update(action=action, after=target, kernel_module_after=wanted_flavor)
         if wanted_fm is True:
-            fm_action = _direction(fm_version, target)
+            fm_action = _direction(fm_version, target, "the installed fabric manager version")
             if fm_action == "downgrade" and action != "downgrade" and not options.get("allow_downgrade"):
                 raise PlanError(
                     f"fabric manager {fm_version} is newer than driver {target}: set allow_downgrade: true to bring it back to "
@@ -146,4 +238,4 @@ def diff(plan_result):
     return {"before": before, "after": after}
 
 
-__all__ = ["PlanError", "branch", "diff", "fabricmanager_wanted", "parse_checksum", "plan", "predict_reboot", "version_key"]
+__all__ = ["PlanError", "branch", "check_options", "diff", "fabricmanager_wanted", "parse_checksum", "plan", "predict_reboot", "secret_options", "version_key"]

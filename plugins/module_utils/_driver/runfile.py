@@ -6,66 +6,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import tempfile
-from urllib.parse import urlsplit, urlunsplit
 
-from ansible.module_utils.urls import fetch_url
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import NvidiaInstaller, NvidiaUninstall, ToolError
 
 # R560 renamed the flag that picks the kernel modules; older installers only know -m=kernel-open.
 MODULE_TYPE_FLAG_SINCE = 560
-_CHUNK = 1 << 20
-
-
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-
-
-def redact_url(url):
-    """``url`` without ``user:password@``, query string and fragment (presigned URLs carry their signature there).
-
-    Text that is not a URL (a local path) is returned unchanged.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<url not shown>"
-    if not parts.scheme or not parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def redact_urls_in(text):
-    """``text`` with every URL in it passed through :func:`redact_url` (messages of the HTTP client)."""
-    return _URL.sub(lambda match: redact_url(match.group(0)), str(text or ""))
-
-
-class _RaisingModule:
-    """The module as fetch_url sees it: credentials sent with the first request, and a ``fail_json`` that
-    raises a DriverError with the URL redacted instead of ending the module with the URL in its result."""
-
-    def __init__(self, module, url):
-        self._module = module
-        self._url = url
-        self.params = dict(module.params, force_basic_auth=bool(module.params.get("url_username")))
-
-    def __getattr__(self, name):
-        return getattr(self._module, name)
-
-    def fail_json(self, msg, **_kwargs):
-        raise DriverError(f"cannot download {redact_url(self._url)}: {redact_urls_in(msg)}. Nothing was changed. Check the URL or give a local path as source")
-
-
-def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+# fetch_url's timeout bounds each socket operation, not the whole download.
+DOWNLOAD_SOCKET_TIMEOUT = (30, 3600)
 
 
 def installer_args(version, kernel_module, dkms, kernel_source_path=None):
@@ -115,42 +66,24 @@ class RunfileMethod:
         self.counter = counter
         self.path = None
 
-    def installed(self):
-        return None  # the installed version is read with modinfo (see Node.read)
-
     def prepare(self):
-        """Download (when ``source`` is a URL) and verify the sha256; DriverError on mismatch. Returns the path."""
-        source = self.options["source"]
-        expected = self.options["checksum_hex"]
-        if re.match(r"^(https?|ftp)://", source):
-            path = self._download(source)
-        else:
-            path = source
-            if not os.path.isfile(path):
-                raise DriverError(f"runfile {redact_url(path)} does not exist on the node: copy it there first or give an https:// URL as source")
-        actual = sha256_of(path)
-        if actual != expected:
-            if path != source:
-                os.unlink(path)
-            raise DriverError(
-                f"checksum mismatch for {redact_url(source)}: sha256 is {actual}, expected {expected}. Nothing was changed. "
-                "The file is damaged or not the one you meant: download it again from NVIDIA, or correct checksum",
-                sha256=actual,
-            )
+        """Download (``source`` a URL, or ``presigned_url``) and verify the sha256; DriverError on mismatch. Returns the path."""
+        source = self.options.get("presigned_url") or self.options["source"]
+        try:
+            if _artifact.is_url(source):
+                low, high = DOWNLOAD_SOCKET_TIMEOUT
+                dest = os.path.join(self.module.tmpdir, f"NVIDIA-Linux-{self.options['version']}.run")
+                path = _artifact.fetch(
+                    self.module, source, dest, self.options["checksum_hex"], headers=self.options.get("url_headers"),
+                    url_username=self.options.get("url_username"), url_password=self.options.get("url_password"),
+                    timeout=max(low, min(self.options["timeout"], high)),
+                )
+            else:
+                _artifact.verify(source, self.options["checksum_hex"])
+                path = source
+        except _artifact.ArtifactError as exc:
+            raise DriverError(exc.msg, **exc.details) from exc
         self.path = path
-        return path
-
-    def _download(self, url):
-        response, info = fetch_url(_RaisingModule(self.module, url), url, timeout=max(30, min(int(self.options["timeout"]), 3600)))
-        if response is None or info.get("status") != 200:
-            raise DriverError(
-                f"cannot download {redact_url(url)}: HTTP {info.get('status')} {redact_urls_in(info.get('msg'))}. Nothing was changed. "
-                "Check the URL (and url_username, url_password) or give a local path as source"
-            )
-        fd, path = tempfile.mkstemp(prefix="nvidia-driver.", suffix=".run", dir=getattr(self.module, "tmpdir", None))
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in iter(lambda: response.read(_CHUNK), b""):
-                handle.write(chunk)
         return path
 
     def install(self, version, kernel):
@@ -169,4 +102,4 @@ class RunfileMethod:
             raise DriverError.from_tool(exc, f"nvidia-uninstall failed: {exc.msg}") from exc
 
 
-__all__ = ["RunfileMethod", "explain_failure", "installer_args", "redact_url", "redact_urls_in", "sha256_of"]
+__all__ = ["RunfileMethod", "explain_failure", "installer_args"]

@@ -458,7 +458,7 @@ def _fetch_fails_module(module, url, **_kwargs):
 
 @pytest.mark.parametrize("fetch", [_fetch_mismatch, _fetch_forbidden, _fetch_fails_module], ids=["checksum", "http-403", "fetch-fail-json"])
 def test_credentials_and_signature_never_appear_in_a_failure(node, tmp_path, commands, run_module, monkeypatch, fetch):
-    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import runfile as _driver_runfile
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact
 
     seen = {}
 
@@ -466,10 +466,12 @@ def test_credentials_and_signature_never_appear_in_a_failure(node, tmp_path, com
         seen.update(username=module.params["url_username"], force=module.params["force_basic_auth"])
         return fetch(module, url, **kwargs)
 
-    monkeypatch.setattr(_driver_runfile, "fetch_url", fake_fetch)
+    monkeypatch.setattr(_artifact, "fetch_url", fake_fetch)
     n = node()
     apt_tools(commands)
-    args = runfile_args(n, tmp_path, source=SECRET_URL, checksum="sha256:" + "0" * 64, url_username="fleet", url_password="s3cr3t-pw")  # noqa: S106 (made up)
+    args = runfile_args(n, tmp_path, checksum="sha256:" + "0" * 64, url_username="fleet", url_password="s3cr3t-pw")  # noqa: S106 (made up)
+    del args["source"]
+    args["presigned_url"] = SECRET_URL
     result = run_module(nvidia_driver.main, args)
     assert result["failed"] is True
     assert SHOWN_URL in result["msg"]
@@ -506,3 +508,305 @@ def test_installer_flags_from_r560():
 
     assert installer_args("570.124.06", "open", True) == ["--silent", "--no-questions", "--kernel-module-type=open", "--dkms"]
     assert installer_args("560.35.03", "proprietary", False) == ["--silent", "--no-questions", "--kernel-module-type=proprietary", "--no-dkms"]
+
+
+# -- every option is checked before the first command (issue 8) -----------------------------------------
+
+BAD_OPTIONS = [
+    ({"version": "550.90.07\n"}, "version '550.90.07\\n' is not a whole NVIDIA driver version"),
+    ({"version": "latest"}, "version 'latest' is not a whole NVIDIA driver version"),
+    ({"version": "535.161"}, "version '535.161' is not a whole NVIDIA driver version"),
+    ({"timeout": 0}, "timeout must be a whole number of seconds from 1 to 86400, got 0"),
+    ({"timeout": -5}, "timeout must be a whole number of seconds from 1 to 86400, got -5"),
+    ({"timeout": 86401}, "timeout must be a whole number of seconds from 1 to 86400, got 86401"),
+    ({"checksum": "sha256:" + "ab" * 31}, "checksum 'sha256:" + "ab" * 31 + "' is not a sha256"),
+    ({"checksum": "ab" * 32 + "\nab"}, "is not a sha256"),
+    ({"package_release": "1\n"}, "package_release '1\\n' is not a package release"),
+    ({"package_release": "1 --allow-unauthenticated"}, "package_release '1 --allow-unauthenticated' is not a package release"),
+    ({"source": "relative/NVIDIA-Linux-x86_64-550.90.07.run"}, "source must be an absolute path on the node or an https:// URL"),
+    ({"source": None}, "method: runfile needs source"),
+    ({"checksum": None}, "method: runfile needs source"),
+    ({"state_file": "facts.d/gpufleet.fact"}, "state_file must be an absolute path"),
+    ({"kernel_source_path": "linux-headers"}, "kernel_source_path must be an absolute path"),
+    ({"rollout_id": "wave 1\nresult: ok"}, "rollout_id 'wave 1\\nresult: ok' is not a rollout id"),
+    ({"url_password": "pw"}, "url_password needs url_username"),
+    ({"url_headers": {"Authorization": "Bearer x\r\nX-Injected: 1"}}, "url_headers: the value of Authorization"),
+    ({"url_headers": {"Bad Name": "x"}}, "url_headers: 'Bad Name' is not an HTTP header name"),
+    ({"source": "http://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run", "url_username": "fleet", "url_password": "pw"},
+     "url_username, url_password and url_headers are sent only over https://"),
+    ({"source": "ftp://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run", "url_headers": {"X-Api-Key": "k"}},
+     "url_username, url_password and url_headers are sent only over https://"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_OPTIONS, ids=[repr(b) for b, _m in BAD_OPTIONS])
+def test_bad_option_is_refused_before_any_command(node, tmp_path, commands, run_module, bad, message):
+    """Nothing runs on the node for a bad option: the message names the option and what to give instead."""
+    n = node()
+    apt_tools(commands)
+    args = {key: value for key, value in dict(runfile_args(n, tmp_path), **bad).items() if value is not None}
+    result = run_module(nvidia_driver.main, args)
+    assert result.get("failed") is True, result
+    assert message in result["msg"]
+    assert commands.calls == []
+    assert not n.state_file.exists()
+
+
+@pytest.mark.parametrize("timeout", [1, 86400])
+def test_timeout_range_ends_are_accepted(node, tmp_path, commands, run_module, timeout):
+    n = node()
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path, timeout=timeout), check_mode=True)
+    assert not result.get("failed"), result.get("msg")
+
+
+def test_version_read_back_with_a_newline_is_not_the_target(node, tmp_path, commands, run_module):
+    """The version given is checked whole, so a good install is never compared with '550.90.07\\n' afterwards."""
+    n = node()
+    args = runfile_args(n, tmp_path, version=NEW + "\n")
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True and "version" in result["msg"]
+    assert not any(c["argv"][0].endswith(("systemctl", "rmmod", "sh")) for c in commands.calls)
+
+
+# -- secrets never reach output or logs (invariant 7): the real AnsibleModule, not a stub -------------------
+
+SECRET_SOURCES = [
+    "https://fleet:hunter2@artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run",
+    "https://bucket.s3.amazonaws.com/NVIDIA-Linux-x86_64-550.90.07.run?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAhunter2"
+    "&X-Amz-Signature=hunter2",
+    "https://acct.blob.core.windows.net/c/NVIDIA-Linux-x86_64-550.90.07.run?sv=2022-11-02&se=2026-12-02&sig=hunter2",
+    "https://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run?token=hunter2",
+]
+
+
+def _real_module_args(args):
+    try:  # ansible-core >= 2.19
+        from ansible.module_utils.testing import patch_module_args
+    except ImportError:  # 2.16 - 2.18: the conftest's fallback
+        from tests.unit.plugins.modules.conftest import patch_module_args  # pragma: no cover
+    return patch_module_args(args)
+
+
+@pytest.fixture
+def real_module(monkeypatch, capsys):
+    """Run main() with the real exit_json, fail_json and log; return (result, stdout, [what went to syslog / journal]).
+
+    Only the last step of AnsibleModule.log is caught: syslog.syslog (the C call) or systemd.journal.send, so
+    the invocation logging, its sanitising and the JSON output are AnsibleModule's own code.
+    """
+    import syslog
+    import types
+
+    from ansible.module_utils import basic
+
+    def _run(args, journal=False):
+        logged = []
+        monkeypatch.setattr(syslog, "openlog", lambda *a, **k: None)
+        monkeypatch.setattr(syslog, "syslog", lambda *a: logged.append(str(a[-1])))
+        if journal:
+            monkeypatch.setattr(basic, "has_journal", True)
+            monkeypatch.setattr(basic, "journal", types.SimpleNamespace(send=lambda **kw: logged.append(json.dumps(kw))), raising=False)
+        else:
+            monkeypatch.setattr(basic, "has_journal", False)
+        with _real_module_args(args):
+            with pytest.raises(SystemExit):
+                nvidia_driver.main()
+        out = capsys.readouterr().out
+        return json.loads(out), out, logged
+
+    return _run
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["syslog", "journal"])
+@pytest.mark.parametrize("source", SECRET_SOURCES, ids=["userinfo", "s3-presigned", "azure-sas", "token"])
+def test_source_with_a_secret_is_refused_and_never_shown(node, tmp_path, commands, real_module, source, journal):
+    n = node()
+    args = runfile_args(n, tmp_path, source=source)
+    result, out, logged = real_module(args, journal=journal)
+    assert result["failed"] is True
+    assert result["msg"].startswith("source carries a ")
+    assert "presigned_url" in result["msg"] and "url_username" in result["msg"] and "url_headers" in result["msg"]
+    assert commands.calls == []
+    assert logged, "the invocation was not logged at all: the test would see nothing"
+    for text in (out, *logged):
+        assert "hunter2" not in text
+    assert result["invocation"]["module_args"]["source"] != source
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["syslog", "journal"])
+def test_presigned_url_headers_and_password_stay_out_of_output_and_logs(node, tmp_path, commands, real_module, monkeypatch, journal):
+    """The no_log options carry the secrets: a failed download (checksum) shows the URL without them, logs mask them."""
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact
+
+    seen = {}
+
+    def fake_fetch(module, url, **kwargs):
+        seen.update(url=url, headers=kwargs.get("headers"), username=module.params["url_username"], password=module.params["url_password"])
+        return _Body(b"not the runfile"), {"status": 200, "msg": "OK", "url": url}
+
+    monkeypatch.setattr(_artifact, "fetch_url", fake_fetch)
+    n = node()
+    apt_tools(commands)
+    presigned = SECRET_SOURCES[1]
+    args = runfile_args(n, tmp_path, checksum="sha256:" + "0" * 64, url_username="fleet", url_password="pw-hunter2",  # noqa: S106 (made up)
+                        url_headers={"Authorization": "Bearer hunter2"})
+    del args["source"]
+    args["presigned_url"] = presigned
+    result, out, logged = real_module(args, journal=journal)
+    assert result["failed"] is True
+    assert result["msg"].startswith("checksum mismatch for https://bucket.s3.amazonaws.com/NVIDIA-Linux-x86_64-550.90.07.run: sha256 is ")
+    assert seen == {"url": presigned, "headers": {"Authorization": "Bearer hunter2"}, "username": "fleet", "password": "pw-hunter2"}
+    assert n.argvs() == READ
+    assert logged
+    for text in (out, *logged):
+        assert "hunter2" not in text and "X-Amz-Signature" not in text
+
+
+def test_module_file_run_as_ansible_runs_it_never_logs_a_secret_source(tmp_path):
+    """The module file as Ansible starts it (python module.py args.json), syslog.syslog recorded in that process."""
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[4]
+    logfile = tmp_path / "syslog.txt"
+    argsfile = tmp_path / "args.json"
+    argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        "version": NEW, "source": SECRET_SOURCES[0], "checksum": "sha256:" + "0" * 64, "state_file": str(tmp_path / "gpufleet.fact"),
+    }}))
+    wrapper = (
+        "import runpy, sys, syslog\n"
+        f"log = open({str(logfile)!r}, 'a')\n"
+        "syslog.openlog = lambda *a, **k: None\n"
+        "syslog.syslog = lambda *a: (log.write(str(a[-1]) + '\\n'), log.flush())\n"
+        f"sys.argv = [{str(root / 'plugins/modules/nvidia_driver.py')!r}, {str(argsfile)!r}]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    env = {"PYTHONPATH": str(root / ".collections"), "PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, env=env, timeout=60, check=False)
+    result = json.loads(proc.stdout)
+    assert result["failed"] is True and result["msg"].startswith("source carries a user name or password"), result
+    logged = logfile.read_text()
+    assert "Invoked with" in logged
+    for text in (proc.stdout, proc.stderr, logged):
+        assert "hunter2" not in text
+
+
+# -- invariant 10: the fabric manager equals the driver after every change ----------------------------------
+
+def _runfile_upgrade(n, tmp_path, commands, fm_after):
+    """A runfile upgrade on an NVSwitch node whose fabric manager package install leaves ``fm_after`` behind."""
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path)
+    installer = ["/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms"]
+    commands.on(installer)
+    n.hooks[tuple(installer)] = lambda: n.set_driver(NEW)
+    apt_install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", *APT_OPTS, "nvidia-fabricmanager-550=550.90.07-1"]
+    commands.on(apt_install)
+    n.hooks[tuple(apt_install)] = lambda: n.set_fm(fm_after)
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-fabricmanager-550"])
+    return args
+
+
+def test_fabric_manager_that_did_not_follow_the_driver_fails_the_change(node, tmp_path, commands, run_module):
+    """apt-get said yes but nv-fabricmanager still answers the old version: NVLink would not work, so the change failed."""
+    n = node()
+    args = _runfile_upgrade(n, tmp_path, commands, fm_after=OLD)
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"driver {NEW} is installed but nvidia-fabricmanager is {OLD}: install the matching fabric manager")
+    assert result["node_state"]["driver_loaded"] == NEW and result["node_state"]["fabricmanager"] == OLD
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+def test_fabric_manager_service_down_after_the_change_fails_it(node, tmp_path, commands, run_module):
+    n = node()
+    args = _runfile_upgrade(n, tmp_path, commands, fm_after=NEW)
+    start_fm = ["/usr/bin/systemctl", "start", "nvidia-fabricmanager"]
+    n.hooks[tuple(start_fm)] = lambda: commands.on(IS_ACTIVE, rc=3, stdout="active\nfailed\nactive\n")
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"nvidia-fabricmanager {NEW} is installed but the service is failed: see journalctl -u nvidia-fabricmanager")
+
+
+# -- a hung nvidia-smi is stopped by its time limit, and the message says so --------------------------------
+
+def test_hung_nvidia_smi_before_acting_says_it_timed_out(node, tmp_path, commands, run_module):
+    n = node()
+    commands.on(SMI_VERSION, rc=124)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] is True
+    assert result["msg"].startswith("nvidia-smi did not finish within 120 s (timed out and was stopped)")
+    assert "Nothing was changed" in result["msg"] and "dmesg" in result["msg"]
+    assert result["rc"] == 124 and result["cmd"][:3] == ["/usr/bin/timeout", "--kill-after=10", "120"]
+    assert n.argvs() == [SMI_VERSION]
+    assert not n.state_file.exists()
+
+
+def test_hung_nvidia_smi_after_the_install_says_it_timed_out(node, tmp_path, commands, run_module):
+    n = node()
+    args = _runfile_upgrade(n, tmp_path, commands, fm_after=NEW)
+    installer = ("/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms")
+    n.hooks[installer] = lambda: (n.set_driver(NEW), commands.on(SMI_VERSION, rc=124))
+    result = run_module(nvidia_driver.main, args)
+    assert result["failed"] is True
+    assert "nvidia-smi did not finish within 120 s (timed out and was stopped)" in result["msg"]
+    assert "Nothing was changed" not in result["msg"]
+    assert "did not finish within 120 s" in result["node_state"]["error"]
+    assert [h["result"] for h in json.loads(n.state_file.read_text())["history"]] == ["started", "failed"]
+
+
+# -- package manager output that does not read as expected stops the module before anything changes ------------
+
+@pytest.mark.parametrize(
+    ("dpkg", "message"),
+    [
+        ("nvidia-driver-550-open 550.90.07-1\n", "cannot read what dpkg-query says about the NVIDIA packages: dpkg-query: line 1 is not"),
+        ("nvidia-driver-550-open 2024.1-1 ii \n", "package nvidia-driver-550-open is installed at version '2024.1', which is not an NVIDIA driver version"),
+    ],
+    ids=["unreadable", "not-a-driver-version"],
+)
+def test_unexpected_dpkg_query_output_changes_nothing(node, tmp_path, commands, run_module, dpkg, message):
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.on(DPKG_QUERY, stdout=dpkg)
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "apt", "state_file": str(n.state_file)})
+    assert result["failed"] is True
+    assert result["msg"].startswith(message) and result["msg"].endswith("Nothing was changed")
+    assert n.argvs() == [DPKG_QUERY]
+    assert not n.state_file.exists()
+
+
+def test_dnf_without_versionlock_says_what_to_install(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    for tool in ("dnf", "rpm"):
+        commands.tool(tool)
+    commands.on(RPM_Q, rc=1, stdout=(FIXTURES / "driver/rpm_q_535.txt").read_text())
+    commands.on(["/usr/bin/dnf", "versionlock", "list"], rc=2, stderr="No such command: versionlock.\n")
+    result = run_module(nvidia_driver.main, {"version": NEW, "method": "package", "package_manager": "dnf", "state_file": str(n.state_file)})
+    assert result["failed"] is True
+    assert result["msg"].startswith("cannot list the dnf version locks (dnf failed with exit status 2: No such command: versionlock.)")
+    assert "python3-dnf-plugin-versionlock" in result["msg"]
+    assert n.argvs() == [RPM_Q, ["/usr/bin/dnf", "versionlock", "list"]]
+
+
+@pytest.mark.parametrize("answer", [f"{NEW}\n{OLD}\n", "[N/A]\n", f"{NEW}\r\nNVIDIA-SMI has failed\n"], ids=["two-versions", "na", "garbage"])
+def test_nvidia_smi_version_that_does_not_read_as_one_version_fails(node, tmp_path, commands, run_module, answer):
+    """Not a silent pick of sorted(versions)[0]: the module stops and shows what nvidia-smi said."""
+    n = node()
+    commands.on(SMI_VERSION, stdout=answer)
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path))
+    assert result["failed"] is True
+    assert result["msg"].startswith("nvidia-smi --query-gpu=driver_version answered ")
+    assert result["msg"].endswith("Nothing was changed") and result["stdout"] == answer
+    assert n.argvs() == [SMI_VERSION]
+
+
+def test_runfile_missing_on_the_node_changes_nothing(node, tmp_path, commands, run_module):
+    n = node()
+    apt_tools(commands)
+    missing = str(tmp_path / "NVIDIA-Linux-x86_64-550.90.07.run.missing")
+    result = run_module(nvidia_driver.main, runfile_args(n, tmp_path, source=missing))
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{missing} does not exist on the node (or is not a file): copy it there first")
+    assert n.argvs() == READ
+    assert not n.state_file.exists()

@@ -58,7 +58,7 @@ def test_newer_fabric_manager_is_not_silently_downgraded():
 
 
 def test_bad_version_is_refused():
-    with pytest.raises(PlanError, match="not an NVIDIA driver version"):
+    with pytest.raises(PlanError, match="not a whole NVIDIA driver version"):
         plan(current(), dict(OPTIONS, version="latest"))
 
 

@@ -1,0 +1,187 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Artifacts a module installs (driver runfiles, firmware images): download, sha256, URL redaction (private).
+
+Invariant 4: every artifact is verified (sha256) before use, and a mismatch changes nothing.
+Invariant 7: a URL's credentials never reach output or logs. :func:`secret_in_url` says why a URL
+must not be a plain (logged) option; :func:`redact_url` is what messages show of any URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from ansible.module_utils.urls import fetch_url
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
+CHUNK = 1 << 20
+# Query parameters that carry a signature, a credential or a token: S3 / GCS presigned URLs, CloudFront,
+# Azure SAS (sig, and se/sp beside it), and generic tokens. Compared case-insensitively.
+SECRET_QUERY_NAMES = frozenset(
+    (
+        "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+        "x-goog-signature", "x-goog-credential",
+        "signature", "sig", "key-pair-id", "policy",
+        "token", "access_token", "auth", "api_key", "apikey", "password", "secret",
+    )
+)
+_SECRET_QUERY_PART = re.compile(r"signature|credential|token|secret|passw", re.IGNORECASE)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_URL_SCHEME = re.compile(r"(?:https?|ftp)://.*", re.IGNORECASE | re.DOTALL)
+_SHA256 = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
+
+
+class ArtifactError(GpufleetError):
+    """An artifact could not be downloaded or is not the one the checksum names; nothing was changed."""
+
+
+def is_url(source):
+    """True for an ``http(s)://`` or ``ftp://`` URL (anything else is a path on the node)."""
+    return isinstance(source, str) and _URL_SCHEME.fullmatch(source) is not None
+
+
+def redact_url(url):
+    """``url`` without ``user:password@``, query string and fragment (presigned URLs carry their signature there).
+
+    Text that is not a URL (a local path) is returned unchanged.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<url not shown>"
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def redact_urls_in(text):
+    """``text`` with every URL in it passed through :func:`redact_url` (messages of the HTTP client)."""
+    return _URL.sub(lambda match: redact_url(match.group(0)), str(text or ""))
+
+
+def secret_in_url(url):
+    """Why ``url`` carries a secret (``"a user name or password (user:password@)"``...), or None.
+
+    The reason names the part, never its value: it goes into a message.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "a part that does not parse as a URL"
+    if not parts.scheme or not parts.netloc:
+        return None
+    if "@" in parts.netloc:
+        return "a user name or password (user:password@ before the host)"
+    for text in (parts.query, parts.fragment):
+        for name, _value in parse_qsl(text, keep_blank_values=True):
+            if name.lower() in SECRET_QUERY_NAMES or _SECRET_QUERY_PART.search(name):
+                return f"a signature, credential or token in its query (parameter {name})"
+    return None
+
+
+def parse_checksum(checksum, what="checksum"):
+    """``sha256:<hex>`` or bare hex (surrounding blanks allowed) -> lower-case hex; ArtifactError otherwise."""
+    match = _SHA256.fullmatch(checksum.strip()) if isinstance(checksum, str) else None
+    if not match:
+        shown = checksum if isinstance(checksum, str) and len(checksum) <= 100 else type(checksum).__name__
+        raise ArtifactError(
+            f"{what} {shown!r} is not a sha256: give sha256:<64 hex digits> or the 64 hex digits "
+            "(the vendor publishes them beside each file; or run sha256sum on the file you trust)"
+        )
+    return match.group(1).lower()
+
+
+def sha256_file(path):
+    """The sha256 of the file at ``path``, as lower-case hex (read in 1 MiB chunks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path, checksum, shown=None):
+    """The sha256 of ``path`` when it equals ``checksum``; ArtifactError (with ``sha256``) otherwise.
+
+    ``shown`` names the file in the message (a redacted URL); the path by default.
+    """
+    expected = parse_checksum(checksum)
+    shown = redact_url(shown or path)
+    if not os.path.isfile(path):
+        raise ArtifactError(f"{shown} does not exist on the node (or is not a file): copy it there first or give an https:// URL", path=path)
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {shown}: {exc.strerror or exc}", path=path) from exc
+    if actual != expected:
+        raise ArtifactError(
+            f"checksum mismatch for {shown}: sha256 is {actual}, expected {expected}. Nothing was changed. "
+            "The file is damaged or not the one you meant: download it again from the vendor, or correct the checksum",
+            sha256=actual,
+        )
+    return actual
+
+
+class _RaisingModule:
+    """The module as fetch_url sees it: the credentials given to :func:`fetch` (sent with the first request),
+    and a ``fail_json`` that raises an ArtifactError with the URL redacted instead of ending the module with
+    the URL in its result."""
+
+    def __init__(self, module, url, url_username, url_password):
+        self._module = module
+        self._url = url
+        self.params = {
+            "url_username": url_username or "",
+            "url_password": url_password or "",
+            "force_basic_auth": bool(url_username),
+            "validate_certs": True,
+        }
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def fail_json(self, msg, **_kwargs):
+        raise ArtifactError(f"cannot download {redact_url(self._url)}: {redact_urls_in(msg)}. Nothing was changed")
+
+
+def fetch(module, url, dest, checksum, headers=None, url_username=None, url_password=None, timeout=60):
+    """Download ``url`` to ``dest`` and verify its sha256; returns ``dest``.
+
+    The body goes to a temporary file beside ``dest`` first: ``dest`` appears only once the checksum matched,
+    and a mismatch leaves nothing behind. ``headers`` (a token), ``url_username`` and ``url_password`` (HTTP
+    basic authentication, sent with the first request) come from no_log options. Every message shows the
+    URL through :func:`redact_url`. ArtifactError on any failure.
+    """
+    shown = redact_url(url)
+    hint = "Check the URL and its credentials, or give a path on the node"
+    response, info = fetch_url(_RaisingModule(module, url, url_username, url_password), url, headers=headers or None, timeout=timeout)
+    if response is None or info.get("status") != 200:
+        raise ArtifactError(f"cannot download {shown}: HTTP {info.get('status')} {redact_urls_in(info.get('msg'))}. Nothing was changed. {hint}")
+    folder = os.path.dirname(os.path.abspath(dest))
+    try:
+        fd, part = tempfile.mkstemp(prefix=".gpufleet-download.", dir=folder)
+    except OSError as exc:
+        raise ArtifactError(f"cannot download {shown} into {folder}: {exc.strerror or exc}. Nothing was changed") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in iter(lambda: response.read(CHUNK), b""):
+                handle.write(chunk)
+        verify(part, checksum, shown=url)
+        os.replace(part, dest)
+    except ArtifactError:
+        os.unlink(part)
+        raise
+    except (OSError, ValueError) as exc:  # a connection reset or timeout mid-body, a full disk
+        os.unlink(part)
+        raise ArtifactError(f"cannot download {shown}: {redact_urls_in(exc)}. Nothing was changed. {hint}") from exc
+    return dest
+
+
+__all__ = ["ArtifactError", "fetch", "is_url", "parse_checksum", "redact_url", "redact_urls_in", "secret_in_url", "sha256_file", "verify"]
