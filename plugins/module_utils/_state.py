@@ -65,6 +65,7 @@ import re
 import socket
 import stat
 import tempfile
+import threading
 import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
@@ -146,8 +147,32 @@ def _describe(value):
     return names.get(type(value), f"a {type(value).__name__}")
 
 
+def _json_ok(data):
+    """True when ``data`` is plain JSON (str keys, finite numbers) nested at most MAX_DEPTH; linear, no recursion."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return False
+                stack.append((item, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return False
+        elif not (value is None or isinstance(value, (str, int))):
+            return False
+    return True
+
+
 def _check_json(data):
-    """Plain JSON values only (str keys, finite numbers), nested at most MAX_DEPTH; linear, no recursion."""
+    """``_json_ok`` or _Invalid naming the first place that is not; the key paths are built only then (they cost)."""
+    if _json_ok(data):
+        return
     stack = [(data, "", 1)]
     while stack:
         value, where, depth = stack.pop()
@@ -390,12 +415,8 @@ def _valid(raw, path):
     return True
 
 
-def save(path, data):
-    """Write ``data`` to ``path`` atomically (mode 0644, folder created when missing), keeping the previous document as ``path.prev``.
-
-    Refuses (StateFileError, nothing written) a document that ``load`` would refuse, and a ``path``
-    that is a symbolic link or not a regular file.
-    """
+def _encode(path, data):
+    """The bytes ``save`` writes for ``data``, or StateFileError when ``load`` would refuse them."""
     try:
         _check_json(data)
         _check_shape(data)
@@ -404,16 +425,32 @@ def save(path, data):
     raw = (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
     if len(raw) > MAX_BYTES:
         raise StateFileError(f"refusing to write the node state file {path}: the document is larger than {MAX_BYTES // (1024 * 1024)} MiB", path)
+    return raw
+
+
+def _write(path, raw, previous):
+    """Keep ``previous`` (the current file's bytes, when valid) as ``path.prev``, then replace ``path`` with ``raw``."""
     folder = os.path.dirname(path) or "."
     try:
         os.makedirs(folder, mode=0o755, exist_ok=True)
-        current = _read(path)
-        if current is not None and current != raw and _valid(current, path):
-            _replace_with(prev_path(path), folder, current)
+        if previous is not None and previous != raw:
+            _replace_with(prev_path(path), folder, previous)
         _replace_with(path, folder, raw)
         _fsync_folder(folder)
     except OSError as exc:
         raise StateFileError(f"cannot write the node state file {path}: {exc}", path) from exc
+
+
+def save(path, data):
+    """Write ``data`` to ``path`` atomically (mode 0644, folder created when missing), keeping the previous document as ``path.prev``.
+
+    Refuses (StateFileError, nothing written) a document that ``load`` would refuse, and a ``path``
+    that is a symbolic link or not a regular file. A damaged current file is replaced (the caller
+    asked for it) but never becomes the previous copy.
+    """
+    raw = _encode(path, data)
+    current = _read(path)
+    _write(path, raw, current if current is not None and _valid(current, path) else None)
 
 
 # -- the lock --------------------------------------------------------------------------------------------
@@ -438,12 +475,13 @@ def _open_lock(path):
     return fd
 
 
-def _holder(fd):
+def _holder_of(path):
     """Who holds the lock, as its holder recorded it in the lock file."""
     try:
-        info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        with open(path, "rb") as handle:
+            info = json.loads(handle.read(4096).decode("utf-8"))
         pid = int(info["pid"])
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # a recorded holder that is gone is no holder (a plain flock of another tool holds it)
     except (ValueError, KeyError, TypeError, OSError):
         return "holder not recorded"
     return f"pid {pid} on {info.get('host')}, {info.get('purpose') or 'purpose not recorded'}, since {info.get('since')}"
@@ -457,39 +495,89 @@ def _same_file(fd, path):
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
+class _Waiter(threading.Thread):
+    """A blocking ``flock`` in a thread, so that the wait is bounded yet queued in the kernel.
+
+    Polling with LOCK_NB sleeps through most releases, and a writer that releases and locks again
+    at once starves the others (seconds with 4 busy writers); a blocked flock is woken at the
+    release. After an abandoned wait the thread owns the file: it closes it (releasing the lock
+    if it got it) whenever its flock returns.
+    """
+
+    def __init__(self, fd):
+        super().__init__(name="gpufleet-flock", daemon=True)
+        self.fd = fd
+        self.error = None
+        self._guard = threading.Lock()
+        self._done = threading.Event()
+        self._abandoned = False
+
+    def run(self):
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            self.error = exc
+        with self._guard:
+            if self._abandoned:
+                os.close(self.fd)
+                return
+            self._done.set()
+
+    def wait_for(self, seconds):
+        """True when the flock returned (``error`` says how); False when abandoned (the thread owns the file now)."""
+        if self._done.wait(seconds):
+            return True
+        with self._guard:
+            if self._done.is_set():
+                return True
+            self._abandoned = True
+            return False
+
+
+def _flock(fd, path, deadline):
+    """Lock ``fd`` before ``deadline``: True; False when abandoned to a waiter thread (which then owns ``fd``)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    except OSError as exc:
+        raise StateFileError(f"cannot lock {path}: {exc}", path) from exc
+    waiter = _Waiter(fd)
+    waiter.start()
+    if not waiter.wait_for(max(0.0, deadline - time.monotonic())):
+        return False
+    if waiter.error is not None:
+        raise StateFileError(f"cannot lock {path}: {waiter.error}", path)
+    return True
+
+
 @contextlib.contextmanager
 def locked(path, timeout=LOCK_TIMEOUT, purpose=None):
     """Hold an exclusive ``flock`` on the lock file ``path`` (created when missing) for the ``with`` body.
 
-    Waits at most ``timeout`` seconds (polling, never an unbounded block), then raises LockTimeout
-    naming the lock file and its holder. The holder's pid, host, ``purpose`` and start are written
-    into the lock file while it is held, for that message. Released on every exit (closing the file).
+    Waits at most ``timeout`` seconds (never an unbounded block), then raises LockTimeout naming the
+    lock file and its holder. The holder's pid, host, ``purpose`` and start are written into the lock
+    file while it is held, for that message. Released on every exit (closing the file).
     """
     seconds = _check_lock_timeout(timeout, path)
     deadline = time.monotonic() + seconds
-    delay = 0.0005
     fd = _open_lock(path)
     try:
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise LockTimeout(
-                        f"timed out after {seconds:g} s waiting for the lock {path}: another gpufleet task holds it ({_holder(fd)}). "
-                        f"Let it finish and rerun; if no gpufleet task runs on this node, find the holder with `fuser -v {path}`",
-                        path,
-                    ) from None
-                time.sleep(min(delay, left))
-                delay = min(delay * 2, 0.02)
-                continue
-            except OSError as exc:
-                raise StateFileError(f"cannot lock {path}: {exc}", path) from exc
+            if not _flock(fd, path, deadline):
+                holder = _holder_of(path)
+                fd = None  # the waiter thread owns it now
+                raise LockTimeout(
+                    f"timed out after {seconds:g} s waiting for the lock {path}: another gpufleet task holds it ({holder}). "
+                    f"Let it finish and rerun; if no gpufleet task runs on this node, find the holder with `fuser -v {path}`",
+                    path,
+                )
             if _same_file(fd, path):
                 break
             # the file was removed or replaced while we waited: our lock is on a name nobody else sees
             os.close(fd)
+            fd = None
             fd = _open_lock(path)
         note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": purpose, "since": now_iso()})
         os.ftruncate(fd, 0)
@@ -500,7 +588,8 @@ def locked(path, timeout=LOCK_TIMEOUT, purpose=None):
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 # -- documents -------------------------------------------------------------------------------------------
@@ -574,10 +663,11 @@ def update(path, change, timeout=LOCK_TIMEOUT, purpose=None):
     except OSError as exc:
         raise StateFileError(f"cannot create the folder of the node state file {path}: {exc}", path) from exc
     with locked(lock_path(path), timeout=timeout, purpose=purpose or f"updating {path}"):
-        doc = load(path)
+        current = _read(path)
+        doc = empty() if current is None else _parse(current, path)
         changed = bool(change(doc))
         if changed:
-            save(path, doc)
+            _write(path, _encode(path, doc), current)
     return changed, doc
 
 

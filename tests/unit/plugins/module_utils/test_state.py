@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import stat
+import threading
 import time
 
 import pytest
@@ -344,6 +345,32 @@ def test_lock_held_by_a_plain_flock_of_another_tool(tmp_path):
         with pytest.raises(_state.LockTimeout, match="another gpufleet task holds it"):
             with _state.locked(str(lock), timeout=0.1):
                 pass
+
+
+def test_lock_file_replaced_while_waiting_is_locked_again(tmp_path):
+    """A waiter that gets the lock on a file someone removed meanwhile takes it again on the file now there."""
+    lock = tmp_path / "x.lock"
+    first = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    inside, leave = threading.Event(), threading.Event()
+
+    def waiter():
+        with _state.locked(str(lock), timeout=10):
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.2)
+    os.unlink(lock)  # the holder removes the lock file (an admin cleaning up) and releases
+    os.close(first)
+    assert inside.wait(10)
+    probe = os.open(lock, os.O_RDWR)  # the lock file there now is the one held
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(probe)
+    leave.set()
+    thread.join(10)
 
 
 def test_locked_is_released_when_the_body_raises(tmp_path):
