@@ -101,6 +101,10 @@ class StateFileError(GpufleetError):
         self.path = path
 
 
+class StateValueError(StateFileError, ValueError):
+    """A value the state file must not hold (a cut-off version): refused before anything is written."""
+
+
 class LockTimeout(StateFileError):
     """Another task held the lock for longer than the bounded wait."""
 
@@ -604,15 +608,19 @@ def last_known_good(data, component):
 def record_last_known_good(data, component, version, details=None, now=None):
     """Record ``version`` (plus ``details``) as the last known good ``component``; True when that changed it.
 
-    ValueError for a version that is not whole (``_version.check_driver_version`` for the driver and
-    the fabric manager).
+    StateValueError (a StateFileError and a ValueError) for a version that is not whole
+    (``_version.is_driver_version`` for the driver and the fabric manager): the file could not be
+    read back, so nothing is recorded.
     """
     if not version:
-        raise ValueError("record_last_known_good needs a version")
+        raise StateValueError(f"recording the last known good {component} needs a version")
     if component in DRIVER_COMPONENTS:
-        _version.check_driver_version(version, f"the last known good {component} version")
+        if not _version.is_driver_version(version):
+            raise StateValueError(
+                f"cannot record {version!r} as the last known good {component}: it is not a whole NVIDIA driver version (for example 550.90.07)"
+            )
     elif not (isinstance(version, str) and _FIRMWARE_VERSION.fullmatch(version)):
-        raise ValueError(f"the last known good {component} version {version!r} is not a version (letters, digits and . _ + : ~ -)")
+        raise StateValueError(f"cannot record {version!r} as the last known good {component}: it is not a version (letters, digits and . _ + : ~ -)")
     entry = {"version": version}
     entry.update(details or {})
     current = data.setdefault("last_known_good", {}).get(component) or {}
@@ -675,6 +683,7 @@ __all__ = [
     "DEFAULT_PATH",
     "LockTimeout",
     "StateFileError",
+    "StateValueError",
     "append_history",
     "empty",
     "last_known_good",

@@ -272,11 +272,16 @@ def test_save_refuses_what_load_would_refuse(tmp_path, doc, message):
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
 
 
-def test_record_last_known_good_refuses_a_cut_off_driver_version():
-    doc = _state.empty()
-    with pytest.raises(ValueError, match="not a whole"):
-        _state.record_last_known_good(doc, "driver", "535.161")
-    assert doc["last_known_good"] == {}
+@pytest.mark.parametrize("component, version", [("driver", "535.161"), ("fabricmanager", "550.90.07\n"), ("gpu_firmware", "96.00 5E"), ("driver", None)])
+def test_record_last_known_good_refuses_what_the_file_cannot_hold(tmp_path, component, version):
+    """A StateFileError (callers map it to 'nothing was changed') that is also a ValueError; nothing written."""
+    path = tmp_path / "gpufleet.fact"
+    _state.save(str(path), GOOD)
+    before = path.read_bytes()
+    with pytest.raises(_state.StateFileError, match=f"last known good {component}") as info:
+        _state.update(str(path), lambda doc: _state.record_last_known_good(doc, component, version))
+    assert isinstance(info.value, ValueError)
+    assert path.read_bytes() == before
 
 
 # -- the lock ----------------------------------------------------------------------------------------
