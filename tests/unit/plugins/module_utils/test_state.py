@@ -297,7 +297,7 @@ def _count(doc):
 
 def _writer(path, start):
     start.wait()
-    for _ in range(UPDATES):
+    for _update in range(UPDATES):
         _state.update(path, _count)
 
 
@@ -306,7 +306,7 @@ def test_concurrent_writers_lose_no_update(tmp_path):
     path = str(tmp_path / "gpufleet.fact")
     ctx = multiprocessing.get_context("fork")
     start = ctx.Event()
-    procs = [ctx.Process(target=_writer, args=(path, start)) for _ in range(WRITERS)]
+    procs = [ctx.Process(target=_writer, args=(path, start)) for _writer_number in range(WRITERS)]
     for proc in procs:
         proc.start()
     start.set()
