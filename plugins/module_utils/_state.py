@@ -23,8 +23,11 @@ Files beside the state file ``P`` (only ``P`` ends in ``.fact``: Ansible reads e
 
 - ``P.lock``: the lock. ``update`` holds an exclusive ``fcntl.flock`` on it around load, change and
   save, so that several writers on one node (driver, firmware, the rollout phase) lose no update.
-  The wait is bounded (``LOCK_TIMEOUT`` seconds): then :class:`LockTimeout` names the lock file and
-  the holder (pid, purpose, since when, recorded in the lock file while it is held). The lock file
+  The wait is bounded (``LOCK_TIMEOUT`` seconds) yet queued in the kernel (a blocking flock in a
+  daemon thread, abandoned at the deadline: polling with ``LOCK_NB`` starved waiters for seconds):
+  then :class:`LockTimeout` names the lock file and the holder (pid, host, purpose, since when,
+  recorded in the lock file while it is held). Files are opened close-on-exec, so a command
+  started while the lock is held does not inherit it. The lock file
   is never removed (removing a lock file races with its next holder); a lock whose file was
   replaced while waiting is taken again on the new file. :func:`locked` is the reusable helper.
   ``load`` takes no lock: the file is only ever replaced by a rename, so a reader sees a whole old

@@ -9,6 +9,8 @@ import json
 import multiprocessing
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 
@@ -376,6 +378,19 @@ def test_lock_file_replaced_while_waiting_is_locked_again(tmp_path):
     os.close(probe)
     leave.set()
     thread.join(10)
+
+
+def test_a_command_started_under_the_lock_does_not_keep_it(tmp_path):
+    """The driver module runs installers while it records state: a daemon they leave behind must not hold the lock."""
+    lock = str(tmp_path / "x.lock")
+    with _state.locked(lock, timeout=1):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], close_fds=False)
+    try:
+        with _state.locked(lock, timeout=1):
+            pass
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_locked_is_released_when_the_body_raises(tmp_path):
