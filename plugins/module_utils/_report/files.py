@@ -2,33 +2,145 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Writing report files on the controller, idempotently (private)."""
+"""Writing report files on the controller, idempotently and safely (private).
+
+A report folder may be shared (``/tmp/reports``, a CI workspace), so nothing in it is trusted:
+
+- The current report is read for the "already there" comparison with ``O_NOFOLLOW`` and
+  ``O_NONBLOCK``: a symbolic link at the report's name counts as "not there" (its target is never
+  read, written or taken as the report) and is replaced by the report itself; a directory, pipe or
+  device there fails with :class:`ReportFileError` instead of blocking or being overwritten.
+- The new content goes into a fresh ``mkstemp`` file in the destination folder (``O_EXCL``, a
+  random name: a link planted at any fixed temporary name is never followed), as UTF-8 whatever
+  the locale, is fsynced, gets the mode of the report it replaces (or 0666 minus the umask for a
+  new one, as Ansible's ``atomic_move`` does), is renamed over the report with ``os.replace``, and
+  the folder is fsynced.
+- Check mode reads and compares (and so reports the same failures) but writes nothing.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
+import tempfile
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class ReportFileError(GpufleetError):
+    """A report file or its folder cannot be read or written."""
+
+    def __init__(self, msg, path=None):
+        super().__init__(msg, path=path)
+        self.path = path
+
+
+def _kind(mode):
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    return "a device or socket"
+
+
+def _current(path, size):
+    """``(bytes, mode)`` of the regular file at ``path`` (at most ``size`` + 1 bytes), or ``(None, None)`` when there is none or a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symbolic link: replaced, never followed
+            return None, None
+        if exc.errno == errno.EISDIR:
+            raise ReportFileError(f"the report {path} is a directory, not a regular file: remove it or choose another basename", path) from exc
+        raise ReportFileError(f"cannot read the report {path}: {exc}", path) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ReportFileError(f"the report {path} is {_kind(info.st_mode)}, not a regular file: remove it or choose another basename", path)
+        chunks = []
+        left = size + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1024 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), stat.S_IMODE(info.st_mode)
+    except OSError as exc:
+        raise ReportFileError(f"cannot read the report {path}: {exc}", path) from exc
+    finally:
+        os.close(fd)
+
+
+def _default_mode():
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _fsync_folder(folder):
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace(module, path, data, mode):
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        if module.selinux_enabled():
+            module.set_default_selinux_context(tmp, False)
+        os.replace(tmp, path)
+        _fsync_folder(folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_if_changed(module, path, content):
-    """Write ``content`` to ``path`` atomically unless it is already there; honours check mode. Returns changed."""
-    try:
-        with open(path) as handle:
-            if handle.read() == content:
-                return False
-    except OSError:
-        pass
+    """Write ``content`` to ``path`` unless it is already there; honours check mode. Returns changed.
+
+    ReportFileError when ``path`` is not a regular file (a symbolic link is replaced, not followed)
+    or cannot be written; the old report is then untouched.
+    """
+    data = content.encode("utf-8")
+    current, mode = _current(path, len(data))
+    if current == data:
+        return False
     if not module.check_mode:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(content)
-        module.atomic_move(tmp, path)
+        try:
+            _replace(module, path, data, _default_mode() if mode is None else mode)
+        except OSError as exc:
+            raise ReportFileError(f"cannot write the report {path}: {exc}", path) from exc
     return True
 
 
 def write_reports(module, dest, basename, outputs):
-    """``outputs``: ``{format: (extension, content)}``. Returns ``(changed, {format: path})``."""
+    """``outputs``: ``{format: (extension, content)}``. Returns ``(changed, {format: path})``.
+
+    Creates ``dest`` when missing (not in check mode); ReportFileError when it is not a folder.
+    """
+    if os.path.lexists(dest) and not os.path.isdir(dest):
+        raise ReportFileError(f"dest {dest} is not a folder: remove it or choose another dest", dest)
     if not module.check_mode and not os.path.isdir(dest):
-        os.makedirs(dest)
+        try:
+            os.makedirs(dest, exist_ok=True)
+        except OSError as exc:
+            raise ReportFileError(f"cannot create the report folder dest {dest}: {exc}", dest) from exc
     files = {}
     changed = False
     for fmt, (extension, content) in outputs.items():
