@@ -45,6 +45,7 @@ options:
   node:
     description:
       - The Slurm C(NodeName). Defaults to the short host name of the host the module runs on.
+      - One node - letters, digits, C(.), C(_) and C(-); a hostlist (C(gpu[01-04])) or a list is refused.
     type: str
   state:
     description:
@@ -56,15 +57,17 @@ options:
     description:
       - Why the node is drained or rebooted; the module prefixes it with the marker C(OWNER_TAG:ROLLOUT_ID:).
       - Required with O(state=drained) and O(state=rebooted).
+      - One line of 1 to 1024 printable characters (no newline, tab or other control character).
     type: str
   rollout_id:
     description:
       - The rollout that drains the node; written into the marker. With O(state=resumed), only a drain of this rollout is resumed.
-      - Letters, digits, C(.), C(_) and C(-).
+      - 1 to 64 letters, digits, C(.), C(_) and C(-).
     type: str
   owner_tag:
     description:
       - The marker's first part, naming who owns the drain. Change it only to tell several automation systems apart.
+      - 1 to 64 letters, digits, C(.), C(_) and C(-).
     type: str
     default: gpufleet
   wait:
@@ -74,11 +77,11 @@ options:
     type: bool
     default: false
   timeout:
-    description: Seconds to wait for C(DRAINED) with O(wait=true).
+    description: Seconds to wait for C(DRAINED) with O(wait=true), from 1 to 86400.
     type: int
     default: 1800
   poll_interval:
-    description: Seconds between two looks at the node while waiting.
+    description: Seconds between two looks at the node while waiting, from 1 to 3600.
     type: int
     default: 5
   force:
@@ -274,8 +277,8 @@ jobs:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import ROLLOUT_ID, run
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import check_params, run
 
 
 def main():
@@ -300,13 +303,13 @@ def main():
     params = dict(module.params)
     if not params["node"]:
         params["node"] = platform_node()
-    if params["rollout_id"] and not ROLLOUT_ID.match(params["rollout_id"]):
-        module.fail_json(msg=f"rollout_id {params['rollout_id']!r} may hold only letters, digits, '.', '_' and '-'")
-    if ":" in params["owner_tag"] or not params["owner_tag"].strip():
-        module.fail_json(msg=f"owner_tag {params['owner_tag']!r} must be non-empty and hold no ':'")
+    try:
+        check_params(params)
+    except GpufleetError as exc:
+        module.fail_json(**exc.fail_kwargs())
     try:
         result = run(module, params)
-    except ToolError as exc:
+    except GpufleetError as exc:
         extra = getattr(exc, "result", None) or {}
         kwargs = exc.fail_kwargs()
         for key in ("node", "before", "after", "drained_by_others", "reason", "action"):

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 import time
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Scontrol, Tool, ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import MAX_TIMEOUT, Scontrol, Tool, ToolError
 
 # Base states Slurm prints before the first "+" (slurm/src/common/slurm_protocol_defs.c,
 # node_state_base_string); older releases and sinfo print DRAINED / DRAINING / DRAIN instead.
@@ -30,7 +31,18 @@ _NOT_FOUND = re.compile(r"Node \S+ not found")
 _REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?) \[(?P<user>[^\s@\]]+)@(?P<time>[^\]\s]*)\][ \t]*(?=\s|$)")
 _REASON_BARE = re.compile(r"(?:^|\s)Reason=(?P<text>[^\n]*)")
 _KEY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_:]*)=(?P<value>.*)$")
-ROLLOUT_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+# Options are checked with fullmatch: "$" would let a trailing newline through ("r1\n").
+ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+OWNER_TAG = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# One Slurm NodeName: no hostlist expression (gpu[01-04]), no list (a,b), no space.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+# Printable text; no newline (Slurm prints each reason line apart), no tab or other control character.
+REASON_TEXT = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")
+POLL_INTERVAL_MAX = 3600
+
+
+class SlurmArgumentError(GpufleetError):
+    """An option of slurm_node that cannot be used (found before any command runs)."""
 
 
 class SlurmError(ToolError):
@@ -40,6 +52,43 @@ class SlurmError(ToolError):
 class Squeue(Tool):
     binary = "squeue"
     label = "squeue"
+
+
+# --- options -----------------------------------------------------------------------------------------
+
+
+def _whole_number(params, name, low, high):
+    value = params.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SlurmArgumentError(f"{name} must be a whole number of seconds from {low} to {high}, got {value!r}", option=name)
+
+
+def check_params(params):
+    """Refuse unusable options before the first command; return nothing (SlurmArgumentError names the option)."""
+    node = params.get("node")
+    if node is not None and not NODE_NAME.fullmatch(node):
+        raise SlurmArgumentError(
+            f"node {node!r} is not one Slurm NodeName: letters, digits, '.', '_' and '-', no hostlist (gpu[01-04]), list or space",
+            option="node",
+        )
+    rollout_id = params.get("rollout_id")
+    if rollout_id is not None and not ROLLOUT_ID.fullmatch(rollout_id):
+        raise SlurmArgumentError(
+            f"rollout_id {rollout_id!r} may hold only letters, digits, '.', '_' and '-' (1 to 64, no space or newline)", option="rollout_id",
+        )
+    owner_tag = params.get("owner_tag")
+    if not isinstance(owner_tag, str) or not OWNER_TAG.fullmatch(owner_tag):
+        raise SlurmArgumentError(
+            f"owner_tag {owner_tag!r} may hold only letters, digits, '.', '_' and '-' (1 to 64, no ':', space or newline)", option="owner_tag",
+        )
+    reason = params.get("reason")
+    if reason is not None and (not REASON_TEXT.fullmatch(reason) or not reason.strip()):
+        raise SlurmArgumentError(
+            f"reason {reason!r} must be 1 to 1024 printable characters on one line (no newline, tab or other control character)",
+            option="reason",
+        )
+    _whole_number(params, "timeout", 1, MAX_TIMEOUT)
+    _whole_number(params, "poll_interval", 1, POLL_INTERVAL_MAX)
 
 
 # --- parsing ---------------------------------------------------------------------------------------
@@ -185,7 +234,7 @@ def reason_owner(reason, owner_tag):
         return False, None
     rest = reason[len(owner_tag) + 1 :]
     head, sep, _tail = rest.partition(":")
-    if sep and head and ROLLOUT_ID.match(head):
+    if sep and head and ROLLOUT_ID.fullmatch(head):
         return True, head
     return True, None
 

@@ -378,11 +378,51 @@ def test_calls_run_under_coreutils_timeout_when_present(slurm, run_module):
     [
         ({"state": "drained"}, "reason"),
         ({"state": "drained", "reason": "x", "rollout_id": "r 1; rm"}, "rollout_id"),
-        ({"state": "drained", "reason": "x", "owner_tag": "a:b"}, "owner_tag"),
+        ({"state": "drained", "reason": "x", "rollout_id": "r1", "owner_tag": "a:b"}, "owner_tag"),
+        # "$" matched before a trailing newline: full-match checks only.
+        ({"state": "drained", "reason": "x", "rollout_id": "r1\n"}, "rollout_id"),
+        ({"state": "resumed", "rollout_id": "r1\n"}, "rollout_id"),
+        ({"state": "drained", "reason": "x", "rollout_id": "r1", "owner_tag": "gpufleet\n"}, "owner_tag"),
+        ({"state": "drained", "reason": "x", "rollout_id": "r1", "owner_tag": "gpu fleet"}, "owner_tag"),
+        ({"state": "drained", "reason": "line one\nline two", "rollout_id": "r1"}, "reason"),
+        ({"state": "drained", "reason": "   ", "rollout_id": "r1"}, "reason"),
+        ({"state": "rebooted", "reason": "tab\there", "rollout_id": "r1"}, "reason"),
+        ({"node": "gpu[01-04]", "state": "drained", "reason": "x", "rollout_id": "r1"}, "node"),
+        ({"node": "busy-01\n", "state": "drained", "reason": "x", "rollout_id": "r1"}, "node"),
+        ({"node": "busy-01,busy-02", "state": "resumed", "rollout_id": "r1"}, "node"),
     ],
 )
 def test_bad_arguments(slurm, run_module, args, message):
     result = run_module(slurm_node.main, {"node": "busy-01", **args})
     assert result["failed"] is True
     assert message in result["msg"]
+    assert "Traceback" not in result["msg"]
+    assert slurm.calls == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "limits"),
+    [
+        ("poll_interval", -5, "from 1 to 3600"),
+        ("poll_interval", 0, "from 1 to 3600"),
+        ("poll_interval", 3601, "from 1 to 3600"),
+        ("timeout", 0, "from 1 to 86400"),
+        ("timeout", -1, "from 1 to 86400"),
+        ("timeout", 86401, "from 1 to 86400"),
+    ],
+)
+def test_out_of_range_numbers_are_refused_before_any_command(slurm, run_module, option, value, limits):
+    # poll_interval -5 used to drain the node and then raise ValueError in time.sleep; 0 spun scontrol.
+    args = {"node": "busy-01", "state": "drained", "reason": "x", "rollout_id": "r1", "wait": True, option: value}
+    result = run_module(slurm_node.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{option} must be")
+    assert limits in result["msg"] and repr(value) in result["msg"]
+    assert slurm.calls == []
+
+
+def test_numbers_are_checked_even_without_wait(slurm, run_module):
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1", "poll_interval": 0})
+    assert result["failed"] is True
+    assert "poll_interval" in result["msg"]
     assert slurm.calls == []
