@@ -4,7 +4,8 @@
 
 """Drain, resume and reboot one Slurm node: the logic behind the slurm_node module (private).
 
-Parses ``scontrol show node -o`` and ``squeue -h -o %i,%u,%j``; plans what to change
+Reads the node with ``scontrol show node -o`` and ``squeue -h -o %i,%u,%j`` (parsed in
+``_parsers/slurm.py``); plans what to change
 from the node's state flags and drain reason; never touches a drain whose reason does
 not carry our marker (``<owner_tag>:<rollout_id>: <reason>``) unless forced.
 """
@@ -16,21 +17,12 @@ import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.slurm import parse_show_node, parse_squeue
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import MAX_TIMEOUT, Scontrol, Tool, ToolError
 
-# Base states Slurm prints before the first "+" (slurm/src/common/slurm_protocol_defs.c,
-# node_state_base_string); older releases and sinfo print DRAINED / DRAINING / DRAIN instead.
-BASE_STATES = frozenset(("IDLE", "ALLOCATED", "ALLOC", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"))
-_OLD_DRAIN_STATES = {"DRAINED": "IDLE", "DRAINING": "ALLOCATED", "DRAIN": "IDLE"}
-# Flags that mean jobs still hold the node.
-_BUSY_BASES = frozenset(("ALLOCATED", "ALLOC", "MIXED"))
-_BUSY_FLAGS = frozenset(("COMPLETING",))
 # One Slurm call should answer within MessageTimeout (10 s by default); allow for a slow controller.
 CALL_TIMEOUT = 60
 _NOT_FOUND = re.compile(r"Node \S+ not found")
-_REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?) \[(?P<user>[^\s@\]]+)@(?P<time>[^\]\s]*)\][ \t]*(?=\s|$)")
-_REASON_BARE = re.compile(r"(?:^|\s)Reason=(?P<text>[^\n]*)")
-_KEY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_:]*)=(?P<value>.*)$")
 # Options are checked with fullmatch: "$" would let a trailing newline through ("r1\n").
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 OWNER_TAG = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -52,6 +44,11 @@ class SlurmError(ToolError):
 class Squeue(Tool):
     binary = "squeue"
     label = "squeue"
+
+
+class NodeScontrol(Scontrol):
+    # The reason's [user@time] is found by its time format: ISO 8601, whatever SLURM_TIME_FORMAT the user's shell sets.
+    env = (("SLURM_TIME_FORMAT", "standard"),)
 
 
 # --- options -----------------------------------------------------------------------------------------
@@ -91,134 +88,6 @@ def check_params(params):
     _whole_number(params, "poll_interval", 1, POLL_INTERVAL_MAX)
 
 
-# --- parsing ---------------------------------------------------------------------------------------
-
-
-def _split_fields(text):
-    """``Key=value`` pairs of one node record; a value may hold spaces (``OS=Linux 6.1 #1 SMP``)."""
-    fields = {}
-    key = None
-    for word in text.split():
-        match = _KEY.match(word)
-        if match:
-            key = match.group("key")
-            fields[key] = match.group("value")
-        elif key is not None:
-            fields[key] = (fields[key] + " " + word).strip()
-    return fields
-
-
-def parse_state(state):
-    """``MIXED+DRAIN``, ``IDLE*``, ``DOWN+DRAIN+NOT_RESPONDING``... -> ``(base, flags, not_responding)``."""
-    if not state or not state.strip():
-        raise ParseError("scontrol show node: empty State")
-    parts = [part.strip() for part in state.strip().upper().split("+")]
-    not_responding = False
-    cleaned = []
-    for part in parts:
-        if part.endswith("*"):  # sinfo and older scontrol: "*" = not responding
-            not_responding = True
-        name = part.rstrip("*")
-        if not name:
-            raise ParseError(f"scontrol show node: malformed State {state!r}")
-        cleaned.append(name)
-    base, flags = cleaned[0], cleaned[1:]
-    if base in _OLD_DRAIN_STATES:
-        flags = ["DRAIN", *flags]
-        base = _OLD_DRAIN_STATES[base]
-    if base not in BASE_STATES:
-        raise ParseError(f"scontrol show node: unknown node state {base!r} in State={state}")
-    if "NOT_RESPONDING" in flags:
-        not_responding = True
-        flags = [flag for flag in flags if flag != "NOT_RESPONDING"]
-    if base == "ALLOC":
-        base = "ALLOCATED"
-    return base, flags, not_responding
-
-
-def drain_state(base, flags):
-    """``draining`` (DRAIN flag, jobs still run), ``drained`` (DRAIN flag, no jobs), or None."""
-    if "DRAIN" not in flags:
-        return None
-    if base in _BUSY_BASES or _BUSY_FLAGS.intersection(flags):
-        return "draining"
-    return "drained"
-
-
-def parse_show_nodes(text):
-    """Every node record of ``scontrol show node [-o]`` output, as a list of dicts (see parse_show_node)."""
-    records = re.split(r"(?m)^(?=NodeName=)", text or "")
-    return [_parse_record(record) for record in records if record.strip()]
-
-
-def parse_show_node(text):
-    """One node of ``scontrol show node -o NAME`` (one-line or multi-line form).
-
-    Returns ``{"name", "state", "base_state", "flags", "not_responding", "drain", "down",
-    "drain_state", "reason", "reason_user", "reason_time", "cpu_alloc", "cpu_total", "fields"}``
-    where ``fields`` holds every ``Key=value`` as printed (the reason apart).
-    """
-    nodes = parse_show_nodes(text)
-    if len(nodes) != 1:
-        raise ParseError(f"scontrol show node: expected one node record, found {len(nodes)}")
-    return nodes[0]
-
-
-def _parse_record(record):
-    reason = reason_user = reason_time = None
-    # The reason is free text (it may hold "=" and "[...]"): take it out before splitting the rest.
-    match = _REASON.search(record) or _REASON_BARE.search(record)
-    if match:
-        reason = match.group("text").strip() or None
-        if "user" in match.groupdict():
-            reason_user, reason_time = match.group("user"), match.group("time")
-        record = record[: match.start()] + " " + record[match.end() :]
-    fields = _split_fields(record)
-    if not fields.get("NodeName"):
-        raise ParseError("scontrol show node: no NodeName= in the output")
-    if "State" not in fields:
-        raise ParseError(f"scontrol show node: no State= for node {fields['NodeName']}")
-    base, flags, not_responding = parse_state(fields["State"])
-    if reason in ("(null)", "none"):
-        reason = None
-    return {
-        "name": fields["NodeName"],
-        "state": fields["State"],
-        "base_state": base,
-        "flags": flags,
-        "not_responding": not_responding,
-        "drain": "DRAIN" in flags,
-        "down": base == "DOWN",
-        "drain_state": drain_state(base, flags),
-        "reason": reason,
-        "reason_user": reason_user,
-        "reason_time": reason_time,
-        "cpu_alloc": _int_or_none(fields.get("CPUAlloc")),
-        "cpu_total": _int_or_none(fields.get("CPUTot")),
-        "fields": fields,
-    }
-
-
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def parse_squeue(text):
-    """``squeue -h -o %i,%u,%j`` -> ``[{"id", "user", "name"}]`` (a job name may hold commas)."""
-    jobs = []
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        parts = line.strip().split(",", 2)
-        if len(parts) != 3:
-            raise ParseError(f"squeue: expected 'jobid,user,name', got {line!r}")
-        jobs.append({"id": parts[0], "user": parts[1], "name": parts[2]})
-    return jobs
-
-
 # --- our reason ------------------------------------------------------------------------------------
 
 
@@ -250,7 +119,7 @@ class SlurmNode:
         self.name = name
         self.owner_tag = owner_tag
         self.rollout_id = rollout_id
-        self.scontrol = Scontrol(module, path=scontrol_path, required=True)
+        self.scontrol = NodeScontrol(module, path=scontrol_path, required=True)
         self.squeue = Squeue(module, path=squeue_path)
 
     # reading

@@ -96,6 +96,8 @@ def test_drain_runs_scontrol_update_with_our_reason(slurm, run_module, monkeypat
     # read, read again right before the update, update, read after
     assert argvs(slurm) == [show(), squeue(), show(), update("State=DRAIN", "Reason=gpufleet:r1: driver upgrade"), show(), squeue()]
     assert all(call["environ_update"]["LC_ALL"] == "C" for call in slurm.calls)
+    # the reason's [user@time] is read in ISO form, whatever SLURM_TIME_FORMAT the login shell sets
+    assert all(call["environ_update"]["SLURM_TIME_FORMAT"] == "standard" for call in slurm.calls if call["argv"][0] == SCONTROL)
     assert result["changed"] is True
     assert result["action"] == "drain"
     assert result["drained_by_others"] is False
@@ -426,3 +428,21 @@ def test_numbers_are_checked_even_without_wait(slurm, run_module):
     assert result["failed"] is True
     assert "poll_interval" in result["msg"]
     assert slurm.calls == []
+
+
+@pytest.mark.parametrize(
+    ("shown", "message"),
+    [
+        # a cut-off answer used to read as "in service" and got drained over someone's drain
+        (node_text(state="IDLE+DRAIN", reason="hw ticket 123").split(" ThreadsPerCore=")[0] + " Threa\n", "cut off"),
+        (node_text(state="IDLE+DRAIN+BOGUS_FLAG", reason="hw ticket 123"), "unknown state flag 'BOGUS_FLAG'"),
+        (node_text(state="idle+drain", reason="hw ticket 123"), "State='idle+drain'"),
+    ],
+)
+def test_unreadable_state_fails_and_changes_nothing(slurm, run_module, shown, message):
+    slurm.on(show(), stdout=shown)
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert result["changed"] is False
+    assert argvs(slurm) == [show()]
