@@ -63,6 +63,8 @@ def slurm(commands, monkeypatch):
     commands.time = fake_time
     commands.warnings = []
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, text: commands.warnings.append(text))
+    # The module runs as root here: a reason Slurm says root set can be ours.
+    monkeypatch.setattr(_slurm, "current_user", lambda: {"name": "root", "uid": "0"}, raising=False)
     return commands
 
 
@@ -112,11 +114,11 @@ def test_drain_runs_scontrol_update_with_our_reason(slurm, run_module, monkeypat
     }
 
 
-def test_drain_without_rollout_id_and_other_owner_tag(slurm, run_module, monkeypatch):
-    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN", reason="fleetctl: fw")])
-    slurm.on(update("State=DRAIN", "Reason=fleetctl: fw"))
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "fw", "owner_tag": "fleetctl"})
-    assert update("State=DRAIN", "Reason=fleetctl: fw") in argvs(slurm)
+def test_drain_with_another_owner_tag(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN", reason="fleetctl:r1: fw")])
+    slurm.on(update("State=DRAIN", "Reason=fleetctl:r1: fw"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "fw", "owner_tag": "fleetctl", "rollout_id": "r1"})
+    assert update("State=DRAIN", "Reason=fleetctl:r1: fw") in argvs(slurm)
     assert result["changed"] is True
 
 
@@ -266,12 +268,114 @@ def test_resume_our_drain(slurm, run_module, monkeypatch):
     assert result["diff"] == {"before": {"state": "IDLE+DRAIN", "reason": OURS}, "after": {"state": "IDLE+NOT_RESPONDING", "reason": None}}
 
 
-def test_resume_without_rollout_id_accepts_any_of_our_rollouts(slurm, run_module, monkeypatch):
+@pytest.mark.parametrize("state", ["resumed", "drained", "rebooted"])
+def test_no_rollout_id_is_refused_before_any_command(slurm, run_module, state):
+    # resumed without rollout_id used to resume a node drained by another rollout (gpufleet:r-OTHER: ...)
+    slurm.on(show(), stdout=node_text(state="IDLE+DRAIN", reason="gpufleet:r-OTHER: driver upgrade"))
+    args = {"node": "busy-01", "state": state}
+    if state != "resumed":
+        args["reason"] = "driver upgrade"
+    result = run_module(slurm_node.main, args)
+    assert result["failed"] is True
+    assert result["msg"].startswith("rollout_id is required")
+    assert slurm.calls == []
+
+
+def test_our_reboot_completed_is_resumed(slurm, run_module, monkeypatch):
     sequence(slurm, monkeypatch, show(), [node_text(state="DOWN", reason="gpufleet:r9: reboot : reboot issued : reboot complete")] * 2 + [node_text()])
     slurm.on(update("State=RESUME"))
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r9"})
     assert update("State=RESUME") in argvs(slurm)
     assert result["changed"] is True
+    assert result["drained_by_others"] is False
+
+
+def test_our_reboot_completed_is_resumed_when_slurm_user_set_the_reason(slurm, run_module, monkeypatch):
+    # Slurm appends "reboot complete" as SlurmUser (slurm on a real cluster), not as us: asked once.
+    done = node_text(state="DOWN", reason="gpufleet:r9: reboot : reboot issued : reboot complete", user="slurm")
+    sequence(slurm, monkeypatch, show(), [done, done, node_text()])
+    slurm.on([SCONTROL, "show", "config"], stdout="SlurmUser               = slurm(64030)\nSlurmdUser              = root(0)\n")
+    slurm.on(update("State=RESUME"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r9"})
+    assert result["changed"] is True, result
+    assert argvs(slurm).count([SCONTROL, "show", "config"]) == 1
+
+
+def test_our_drain_on_a_node_that_went_down_is_resumed(slurm, run_module, monkeypatch):
+    # drained by us, then slurmd stopped answering (the upgrade's reboot): Slurm keeps our reason
+    sequence(slurm, monkeypatch, show(), [node_text(state="DOWN+DRAIN", reason=OURS)] * 2 + [node_text(state="IDLE")])
+    slurm.on(update("State=RESUME"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
+    assert result["changed"] is True
+    assert result["drained_by_others"] is False
+
+
+NOT_OURS = [
+    # (state, reason, user, what the warning names)
+    ("IDLE+DRAIN", "gpufleet:r-OTHER: driver upgrade", "root", "rollout r-OTHER"),
+    ("IDLE+DRAIN", "gpufleet:r10: driver upgrade", "root", "rollout r10"),
+    ("IDLE+DRAIN", "gpufleet: driver upgrade", "root", "marker gpufleet:r1:"),
+    ("IDLE+DRAIN", "gpufleet:r1 hold for bob", "root", "marker gpufleet:r1:"),
+    ("IDLE+DRAIN", "gpufleet:r1:driver upgrade", "root", "marker gpufleet:r1:"),
+    ("IDLE+DRAIN", "gpufleetx:r1: driver upgrade", "root", "marker gpufleet:r1:"),
+    # our marker and rollout, but a person set it (Slurm says who)
+    ("IDLE+DRAIN", OURS, "alice", "set by alice"),
+    # FAIL: neither we nor our reboot set it; State=DRAIN would replace it, State=RESUME clear it
+    ("IDLE+FAIL", "psu alarm, do not touch", "admin", "FAIL"),
+    ("IDLE+FAIL", OURS, "root", "FAIL"),
+    ("MIXED+DRAIN+FAIL", OURS, "root", "FAIL"),
+    # DOWN that our reboot did not leave
+    ("DOWN", "bad dimm, ticket 77", "admin", "DOWN"),
+    ("DOWN", OURS, "root", "DOWN"),
+    ("DOWN", "gpufleet:r1: driver upgrade : reboot timed out", "root", "DOWN"),
+    ("DOWN+NOT_RESPONDING", "Not responding", "slurm", "DOWN"),
+    # not yet a usable node
+    ("FUTURE", None, None, "FUTURE"),
+    ("UNKNOWN+NOT_RESPONDING", None, None, "UNKNOWN"),
+]
+
+
+@pytest.mark.parametrize(("state", "reason", "user", "why"), NOT_OURS, ids=[f"{n[0]}-{n[1]}-{n[2]}" for n in NOT_OURS])
+def test_resume_leaves_every_state_we_did_not_set_alone(slurm, run_module, state, reason, user, why):
+    slurm.on(show(), stdout=node_text(state=state, reason=reason, user=user))
+    slurm.on([SCONTROL, "show", "config"], stdout="SlurmUser               = slurm(64030)\n")
+    for check in (False, True):
+        slurm.calls.clear()
+        slurm.warnings.clear()
+        result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"}, check_mode=check)
+        assert not result.get("failed"), result
+        assert result["changed"] is False
+        assert result["action"] is None
+        assert result["drained_by_others"] is True
+        assert result["after"]["reason"] == reason
+        assert not any(argv[1] == "update" for argv in argvs(slurm))
+        assert any("not resumed" in w and why in w for w in slurm.warnings), slurm.warnings
+
+
+@pytest.mark.parametrize(("state", "reason", "user", "why"), NOT_OURS, ids=[f"{n[0]}-{n[1]}-{n[2]}" for n in NOT_OURS])
+def test_drain_and_reboot_leave_every_state_we_did_not_set_alone(slurm, run_module, state, reason, user, why):
+    slurm.on(show(), stdout=node_text(state=state, reason=reason, user=user))
+    slurm.on([SCONTROL, "show", "config"], stdout="SlurmUser               = slurm(64030)\n")
+    for desired in ("drained", "rebooted"):
+        slurm.calls.clear()
+        slurm.warnings.clear()
+        result = run_module(slurm_node.main, {"node": "busy-01", "state": desired, "reason": "driver upgrade", "rollout_id": "r1", "wait": True})
+        assert not result.get("failed"), result
+        assert result["changed"] is False, desired
+        assert result["drained_by_others"] is True
+        assert result["after"]["reason"] == reason
+        assert not any(argv[1] in ("update", "reboot") for argv in argvs(slurm))
+        assert any(why in w for w in slurm.warnings), slurm.warnings
+
+
+def test_in_service_node_with_someone_elses_reason_is_not_drained_over(slurm, run_module):
+    # a reason survives on a powered-down node: a drain would replace it
+    slurm.on(show(), stdout=node_text(state="IDLE+POWERED_DOWN", reason="power saving, ops", user="admin"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"})
+    assert result["changed"] is False
+    assert result["drained_by_others"] is True
+    assert not any(argv[1] == "update" for argv in argvs(slurm))
+    assert any("power saving, ops" in w for w in slurm.warnings)
 
 
 @pytest.mark.parametrize(("state", "reason"), [("IDLE+DRAIN", "hw ticket 123"), ("DOWN+DRAIN", "gpufleet:r0: failed"), ("DOWN", "Not responding")])
@@ -291,7 +395,7 @@ def test_resume_never_touches_someone_elses_drain(slurm, run_module, state, reas
 def test_resume_force_resumes_someone_elses_drain_with_a_warning(slurm, run_module, monkeypatch):
     sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason="hw ticket 123")] * 2 + [node_text(state="IDLE")])
     slurm.on(update("State=RESUME"))
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "force": True})
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "force": True, "rollout_id": "r1"})
     assert update("State=RESUME") in argvs(slurm)
     assert result["changed"] is True
     assert result["drained_by_others"] is True
@@ -301,7 +405,7 @@ def test_resume_force_resumes_someone_elses_drain_with_a_warning(slurm, run_modu
 @pytest.mark.parametrize("state", ["IDLE", "MIXED", "ALLOCATED", "IDLE+NOT_RESPONDING"])
 def test_resume_in_service_node_is_idempotent(slurm, run_module, state):
     slurm.on(show(), stdout=node_text(state=state))
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
     assert result["changed"] is False
     assert result["drained_by_others"] is False
     assert all(call["argv"][1] != "update" for call in slurm.calls)
@@ -338,7 +442,7 @@ def test_reboot_asap_next_state_down(slurm, run_module, monkeypatch):
 
 def test_unknown_node_fails_clearly(slurm, run_module):
     slurm.on(show("nosuch"), rc=1, stdout=(OWN / "slurm" / "show_node_not_found.txt").read_text())
-    result = run_module(slurm_node.main, {"node": "nosuch", "state": "drained", "reason": "x"})
+    result = run_module(slurm_node.main, {"node": "nosuch", "state": "drained", "reason": "x", "rollout_id": "r1"})
     assert result["failed"] is True
     assert result["msg"].startswith("Slurm does not know node nosuch: check NodeName")
     assert result["rc"] == 1
@@ -346,7 +450,7 @@ def test_unknown_node_fails_clearly(slurm, run_module):
 
 def test_scontrol_failure_is_reported(slurm, run_module):
     slurm.on(show(), rc=1, stderr="slurm_load_node error: Unable to contact slurm controller (connect failure)")
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
     assert result["failed"] is True
     assert "Unable to contact slurm controller" in result["msg"]
 
@@ -355,7 +459,7 @@ def test_node_defaults_to_the_short_hostname(slurm, run_module, monkeypatch):
     monkeypatch.setattr(slurm_node.socket, "gethostname", lambda: "idle-07.cluster.example")
     slurm.on(show("idle-07"), stdout=node_text(name="idle-07", state="IDLE"))
     slurm.on(squeue("idle-07"))
-    result = run_module(slurm_node.main, {"state": "resumed"})
+    result = run_module(slurm_node.main, {"state": "resumed", "rollout_id": "r1"})
     assert result["node"] == "idle-07"
     assert argvs(slurm)[0] == show("idle-07")
 
@@ -363,7 +467,7 @@ def test_node_defaults_to_the_short_hostname(slurm, run_module, monkeypatch):
 def test_without_squeue_jobs_are_none(commands, run_module):
     commands.tool("scontrol")
     commands.on(show(), stdout=node_text(state="IDLE"))
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
     assert result["before"]["jobs"] is None
 
 
@@ -371,14 +475,14 @@ def test_calls_run_under_coreutils_timeout_when_present(slurm, run_module):
     slurm.tool("timeout")
     slurm.on(["/usr/bin/timeout", "--kill-after=10", "60", *show()], stdout=node_text(state="IDLE"))
     slurm.on(["/usr/bin/timeout", "--kill-after=10", "60", *squeue()])
-    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed"})
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
     assert result["changed"] is False
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"state": "drained"}, "reason"),
+        ({"state": "drained", "rollout_id": "r1"}, "reason"),
         ({"state": "drained", "reason": "x", "rollout_id": "r 1; rm"}, "rollout_id"),
         ({"state": "drained", "reason": "x", "rollout_id": "r1", "owner_tag": "a:b"}, "owner_tag"),
         # "$" matched before a trailing newline: full-match checks only.
