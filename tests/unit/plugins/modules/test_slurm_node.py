@@ -550,3 +550,39 @@ def test_unreadable_state_fails_and_changes_nothing(slurm, run_module, shown, me
     assert message in result["msg"]
     assert result["changed"] is False
     assert argvs(slurm) == [show()]
+
+
+FAKE_SCONTROL = """#!/bin/sh
+# Stands for scontrol: records each argument of an update on its own line, answers show node from files.
+dir=$(dirname "$0")
+case "$1" in
+  show) if [ -e "$dir/updated" ]; then cat "$dir/after.txt"; else cat "$dir/before.txt"; fi ;;
+  update) for arg in "$@"; do printf '%s\\n' "$arg"; done > "$dir/updated" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_reason_with_dollar_and_tilde_reaches_scontrol_as_written(run_module, tmp_path, monkeypatch):
+    # Not the recording fake: AnsibleModule.run_command itself runs a script under coreutils timeout, so a
+    # "$HOME" or "~" that run_command expanded (expand_user_and_vars) would show in what scontrol received.
+    monkeypatch.setenv("HOME", "/root-home-that-must-not-appear")
+    monkeypatch.setattr(_slurm, "current_user", lambda: {"name": "root", "uid": "0"})
+    reason = "keep $HOME and ~ and ${USER} as written"
+    ours = f"gpufleet:r1: {reason}"
+    (tmp_path / "before.txt").write_text(node_text(state="IDLE"))
+    (tmp_path / "after.txt").write_text(node_text(state="IDLE+DRAIN", reason=ours))
+    script = tmp_path / "scontrol"
+    script.write_text(FAKE_SCONTROL)
+    script.chmod(0o755)
+    squeue_script = tmp_path / "squeue"
+    squeue_script.write_text("#!/bin/sh\nexit 0\n")
+    squeue_script.chmod(0o755)
+    args = {"node": "busy-01", "state": "drained", "reason": reason, "rollout_id": "r1",
+            "scontrol_path": str(script), "squeue_path": str(squeue_script)}
+    result = run_module(slurm_node.main, args)
+    assert not result.get("failed"), result
+    received = (tmp_path / "updated").read_text().splitlines()
+    assert received == ["update", "NodeName=busy-01", "State=DRAIN", f"Reason={ours}"]
+    assert result["after"]["reason"] == ours
+    assert result["changed"] is True
