@@ -192,6 +192,15 @@ def judge(node, owner_tag, rollout_id, users):
     return _others(f"it is {state}, which this rollout did not set (only DRAIN, a reboot it asked for, or DOWN after that reboot)")
 
 
+def _without_notes(reason):
+    """The reason without the reboot notes Slurm appended (`` : reboot issued``...)."""
+    while True:
+        note = _NOTE_SUFFIX.fullmatch(reason)
+        if not note:
+            return reason
+        reason = note.group("rest")
+
+
 def _others(why):
     return {"hold": "others", "why": why, "foreign_reason": False}
 
@@ -346,7 +355,8 @@ def plan(node, desired, want_reason, force=False):
             note = f"node {name} {_someone(node)}: {why}. No reboot asked: left as it is, counted as unavailable"
             return {"action": None, "drained_by_others": True, "note": note}
         reason = node["reason"] or ""
-        ours_done = reason.startswith(want_reason) and (REBOOT_FLAGS & set(node["flags"]) or reason.endswith(" : reboot complete"))
+        same = _without_notes(reason) == want_reason
+        ours_done = same and (REBOOT_FLAGS & set(node["flags"]) or reason.endswith(" : reboot complete"))
         if hold == "ours" and ours_done:
             return {"action": None, "drained_by_others": False, "note": None}
         return {"action": "reboot", "drained_by_others": False, "note": None}

@@ -177,3 +177,13 @@ def test_plan_reboot():
         assert plan(judged(node_from(name), "r9"), "rebooted", want)["action"] is None, name
     for name in ("show_node_idle_drain_others.txt", "show_node_idle_fail.txt", "show_node_down_admin.txt"):
         assert plan(judged(node_from(name), "r9"), "rebooted", want)["drained_by_others"] is True, name
+
+
+def test_plan_reboot_matches_the_reason_exactly_not_as_a_prefix():
+    pending = judged(state("IDLE+DRAIN+REBOOT_REQUESTED", "gpufleet:r1: driver 570"))
+    assert plan(pending, "rebooted", "gpufleet:r1: driver 570")["action"] is None
+    # "gpufleet:r1: driver" is a prefix of the pending reason, not the same reboot
+    assert plan(pending, "rebooted", "gpufleet:r1: driver")["action"] == "reboot"
+    done = judged(state("DOWN", "gpufleet:r1: driver : reboot issued : reboot complete"))
+    assert plan(done, "rebooted", "gpufleet:r1: driver")["action"] is None
+    assert plan(done, "rebooted", "gpufleet:r1: drive")["action"] == "reboot"
