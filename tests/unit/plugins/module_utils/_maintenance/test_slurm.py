@@ -111,7 +111,7 @@ JUDGED = [
 ]
 
 
-@pytest.mark.parametrize(("node", "rollout", "hold"), JUDGED, ids=[f"{n['state']}-{n['reason']}-{r}" for n, r, _ in JUDGED])
+@pytest.mark.parametrize(("node", "rollout", "hold"), JUDGED, ids=[f"{n['state']}-{n['reason']}-{r}" for n, r, _hold in JUDGED])
 def test_judge(node, rollout, hold):
     verdict = judge(node, "gpufleet", rollout, users())
     assert verdict["hold"] == hold
