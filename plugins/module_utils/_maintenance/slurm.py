@@ -5,9 +5,9 @@
 """Drain, resume and reboot one Slurm node: the logic behind the slurm_node module (private).
 
 Reads the node with ``scontrol show node -o`` and ``squeue -h -o %i,%u,%j`` (parsed in
-``_parsers/slurm.py``); plans what to change
-from the node's state flags and drain reason; never touches a drain whose reason does
-not carry our marker (``<owner_tag>:<rollout_id>: <reason>``) unless forced.
+``_parsers/slurm.py``), judges whose its state is (``judge``: ours only with exactly our marker
+``<owner_tag>:<rollout_id>: <reason>``, set by us, in a state we cause), plans, acts, reads again.
+A node that is not ours is never changed unless a resume is forced.
 """
 
 from __future__ import annotations
@@ -169,6 +169,8 @@ def judge(node, owner_tag, rollout_id, users):
     why = None
     if reason is None:
         why = f"it is {state} with no reason, which this rollout never leaves" if held else None
+    elif rollout_id is None:  # force without rollout_id: no drain is known to be ours
+        why = f"its reason {reason!r} cannot be ours: no rollout_id was given"
     elif parts is None:
         why = f"its reason {reason!r} does not start with our marker {marker} (one line, '{marker} TEXT')"
     elif parts["rollout_id"] != rollout_id:
@@ -413,7 +415,7 @@ def run(module, params):
         scontrol_path=params.get("scontrol_path"), squeue_path=params.get("squeue_path"),
     )
     desired = params["state"]
-    want_reason = make_reason(params["owner_tag"], params["rollout_id"], params["reason"]) if params.get("reason") else None
+    want_reason = make_reason(params["owner_tag"], params["rollout_id"], params["reason"]) if desired != "resumed" else None
     before = slurm.read()
     step = plan(before, desired, want_reason, force=params.get("force", False))
     result = {

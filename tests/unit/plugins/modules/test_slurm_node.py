@@ -402,6 +402,16 @@ def test_resume_force_resumes_someone_elses_drain_with_a_warning(slurm, run_modu
     assert any("force" in w for w in slurm.warnings)
 
 
+def test_force_resume_without_rollout_id_says_why_the_drain_is_not_ours(slurm, run_module, monkeypatch):
+    sequence(slurm, monkeypatch, show(), [node_text(state="IDLE+DRAIN", reason=OURS)] * 2 + [node_text(state="IDLE")])
+    slurm.on(update("State=RESUME"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "force": True})
+    assert update("State=RESUME") in argvs(slurm)
+    assert result["drained_by_others"] is True
+    assert result["before"]["hold_why"] == f"its reason {OURS!r} cannot be ours: no rollout_id was given"
+    assert any("force" in w and "no rollout_id was given" in w for w in slurm.warnings)
+
+
 @pytest.mark.parametrize("state", ["IDLE", "MIXED", "ALLOCATED", "IDLE+NOT_RESPONDING"])
 def test_resume_in_service_node_is_idempotent(slurm, run_module, state):
     slurm.on(show(), stdout=node_text(state=state))
