@@ -101,7 +101,6 @@ def check_params(params):
 
 # What slurmctld appends to a reason itself (set_node_reboot_reason, as SlurmUser) during `scontrol reboot`.
 REBOOT_NOTES = ("reboot issued", "reboot complete", "reboot timed out")
-_NOTE_SUFFIX = re.compile(r"(?P<rest>.+) : (?P<note>" + "|".join(REBOOT_NOTES) + ")")
 # Base states that are no usable node: a node that never registered, or one Slurm has no name for.
 _NOT_A_NODE_YET = frozenset(("FUTURE", "UNKNOWN", "ERROR"))
 
@@ -122,14 +121,23 @@ def split_reason(reason, owner_tag):
     match = re.fullmatch(re.escape(owner_tag) + r":(?P<rollout>[A-Za-z0-9._-]{1,64}): (?P<text>[^\n]+)", reason)
     if not match:
         return None
-    text, notes = match.group("text"), []
-    while True:
-        note = _NOTE_SUFFIX.fullmatch(text)
-        if not note:
-            break
-        text = note.group("rest")
-        notes.insert(0, note.group("note"))
+    text, notes = _strip_notes(match.group("text"))
+    if not text:
+        return None
     return {"rollout_id": match.group("rollout"), "text": text, "notes": notes}
+
+
+def _strip_notes(reason):
+    """``(reason without Slurm's trailing reboot notes, [notes])``; linear: one pointer walks back from the end."""
+    end, notes = len(reason), []
+    while True:
+        for note in REBOOT_NOTES:
+            if reason.endswith(" : " + note, 0, end) and end > len(note) + 3:
+                end -= len(note) + 3
+                notes.append(note)
+                break
+        else:
+            return reason[:end], notes[::-1]
 
 
 def reason_owner(reason, owner_tag):
@@ -196,11 +204,7 @@ def judge(node, owner_tag, rollout_id, users):
 
 def _without_notes(reason):
     """The reason without the reboot notes Slurm appended (`` : reboot issued``...)."""
-    while True:
-        note = _NOTE_SUFFIX.fullmatch(reason)
-        if not note:
-            return reason
-        reason = note.group("rest")
+    return _strip_notes(reason)[0]
 
 
 def _others(why):
