@@ -15,12 +15,19 @@ description:
     O(state=drained) runs C(scontrol update NodeName=NODE State=DRAIN Reason=REASON). The reason starts with a marker naming the
     collection and the rollout (C(gpufleet:ROLLOUT_ID: REASON)), so that a later O(state=resumed) knows the drain is ours.
     With O(wait=true) the task waits until the node is C(DRAINED) (no job left); while jobs run it is C(DRAINING).
-  - O(state=resumed) runs C(scontrol update NodeName=NODE State=RESUME) only when the node's reason carries our marker
-    (and O(rollout_id) when given). A node drained or down for someone else is never resumed; the task reports
-    RV(drained_by_others) and a warning with their reason.
-  - A node already drained or down for someone else is left alone by O(state=drained) too (their reason is kept); the task
-    reports RV(drained_by_others=true) so that a rollout counts the node as unavailable and skips it, with RV(drain_state)
-    and RV(jobs) of that node.
+  - >-
+    O(state=resumed) runs C(scontrol update NodeName=NODE State=RESUME) only when the node is B(ours), which takes all of -
+    its reason is exactly C(OWNER_TAG:ROLLOUT_ID: TEXT) (one line) with O(rollout_id); Slurm says it was set by the user this
+    task runs as (or by C(SlurmUser) when Slurm itself appended C(: reboot issued) / C(: reboot complete)); and the node is
+    out of service only in a way this module causes - the C(DRAIN) flag, a reboot it asked for, or C(DOWN) right after that
+    reboot completed.
+  - Anything else is someone else's and is left alone with a warning that says why - another rollout's or a person's reason,
+    a reason that merely starts with the marker, the C(FAIL) flag (C(State=DRAIN) would replace it and C(State=RESUME) clear it),
+    C(DOWN) for any other cause (C(Not responding), an administrator, our reboot timed out), C(FUTURE) or C(UNKNOWN).
+    The task reports RV(drained_by_others=true); O(force=true) is the only way past it (O(state=resumed) only).
+  - A node out of service for someone else, or one carrying someone else's reason, is left alone by O(state=drained) and
+    O(state=rebooted) too (their reason is kept); the task reports RV(drained_by_others=true) so that a rollout counts the
+    node as unavailable and skips it, with RV(drain_state) and RV(jobs) of that node.
   - The node is read again right before any C(scontrol update) or C(scontrol reboot); when someone else drained it since the
     first read, the task backs off (their reason is kept, RV(drained_by_others=true), a warning) instead of overwriting it.
   - O(state=rebooted) runs C(scontrol reboot ASAP nextstate=DOWN reason=REASON NODE); Slurm drains the node, reboots it when it is idle
@@ -45,6 +52,7 @@ options:
   node:
     description:
       - The Slurm C(NodeName). Defaults to the short host name of the host the module runs on.
+      - One node - letters, digits, C(.), C(_) and C(-); a hostlist (C(gpu[01-04])) or a list is refused.
     type: str
   state:
     description:
@@ -56,15 +64,19 @@ options:
     description:
       - Why the node is drained or rebooted; the module prefixes it with the marker C(OWNER_TAG:ROLLOUT_ID:).
       - Required with O(state=drained) and O(state=rebooted).
+      - One line of 1 to 1024 printable characters (no newline, tab or other control character).
     type: str
   rollout_id:
     description:
       - The rollout that drains the node; written into the marker. With O(state=resumed), only a drain of this rollout is resumed.
-      - Letters, digits, C(.), C(_) and C(-).
+      - Required, because it is what makes a drain ours - without it a resume could not tell this rollout's drain from
+        another's. Only O(state=resumed) with O(force=true) goes without it.
+      - 1 to 64 letters, digits, C(.), C(_) and C(-).
     type: str
   owner_tag:
     description:
       - The marker's first part, naming who owns the drain. Change it only to tell several automation systems apart.
+      - 1 to 64 letters, digits, C(.), C(_) and C(-).
     type: str
     default: gpufleet
   wait:
@@ -74,16 +86,16 @@ options:
     type: bool
     default: false
   timeout:
-    description: Seconds to wait for C(DRAINED) with O(wait=true).
+    description: Seconds to wait for C(DRAINED) with O(wait=true), from 1 to 86400.
     type: int
     default: 1800
   poll_interval:
-    description: Seconds between two looks at the node while waiting.
+    description: Seconds between two looks at the node while waiting, from 1 to 3600.
     type: int
     default: 5
   force:
     description:
-      - Resume the node even when someone else drained it or took it down.
+      - Resume the node even when it is not ours - someone else drained it, took it down or set C(FAIL).
       - B(Dangerous) - it puts back in service a node that an administrator, a health check or Slurm itself took out,
         maybe for a hardware fault. Prefer resuming such nodes by hand.
     type: bool
@@ -132,6 +144,7 @@ EXAMPLES = r"""
     node: "{{ inventory_hostname_short }}"
     state: drained
     reason: firmware update
+    rollout_id: "{{ gpufleet_rollout_id }}"
   delegate_to: slurm-ctl-01
 """
 
@@ -148,7 +161,7 @@ action:
   sample: drain
 drained_by_others:
   description:
-    - True when the node was drained or down for someone else (a reason without our marker, or of another rollout).
+    - True when the node is not ours but out of service for someone else or carrying their reason (see RV(before.hold_why)).
       Such a node is left as it is unless O(force=true).
   returned: always
   type: bool
@@ -179,7 +192,9 @@ before:
       returned: always
       sample: MIXED
     flags:
-      description: The state flags (V(DRAIN), V(REBOOT_REQUESTED), V(COMPLETING)...); not responding is apart.
+      description:
+        - The state flags as Slurm 21.08 and later print them (V(DRAIN), V(FAIL), V(REBOOT_REQUESTED), V(COMPLETING)...);
+          not responding is apart. An unknown flag fails the task with nothing changed.
       type: list
       elements: str
       returned: always
@@ -205,7 +220,7 @@ before:
       returned: always
       sample: draining
     reason:
-      description: The node's reason, without the user and time Slurm appends.
+      description: The node's reason, without the user and time Slurm appends; its later lines (if any) follow a newline.
       type: str
       returned: always
       sample: "gpufleet:r1: driver upgrade"
@@ -220,15 +235,39 @@ before:
       returned: always
       sample: "2026-06-01T10:12:44"
     ours:
-      description: The reason carries our marker.
+      description:
+        - The node is out of service for this rollout - our exact marker and O(rollout_id), set by this task's user, in a state
+          this module causes (see the description).
       type: bool
       returned: always
       sample: true
     rollout_id:
-      description: The rollout named in our marker.
+      description: The rollout named by a reason in our marker's form (V(null) for any other reason), whichever rollout it is.
       type: str
       returned: always
       sample: r1
+    hold:
+      description:
+        - V(in_service), V(ours) (out of service for this rollout) or V(others) (out of service for someone else, or holding
+          their reason).
+      type: str
+      returned: always
+      sample: ours
+    hold_why:
+      description: With RV(before.hold=others), why the node is not ours; V(null) otherwise.
+      type: str
+      returned: always
+      sample: "it has the FAIL flag, set by an administrator or Slurm (a drain would replace it, a resume clear it)"
+    foreign_reason:
+      description: The node carries a reason that is not ours.
+      type: bool
+      returned: always
+      sample: false
+    fail:
+      description: The node has the FAIL flag.
+      type: bool
+      returned: always
+      sample: false
     cpu_alloc:
       description: CPUs allocated to jobs.
       type: int
@@ -274,8 +313,8 @@ jobs:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import ROLLOUT_ID, run
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import check_params, run
 
 
 def main():
@@ -300,13 +339,13 @@ def main():
     params = dict(module.params)
     if not params["node"]:
         params["node"] = platform_node()
-    if params["rollout_id"] and not ROLLOUT_ID.match(params["rollout_id"]):
-        module.fail_json(msg=f"rollout_id {params['rollout_id']!r} may hold only letters, digits, '.', '_' and '-'")
-    if ":" in params["owner_tag"] or not params["owner_tag"].strip():
-        module.fail_json(msg=f"owner_tag {params['owner_tag']!r} must be non-empty and hold no ':'")
+    try:
+        check_params(params)
+    except GpufleetError as exc:
+        module.fail_json(**exc.fail_kwargs())
     try:
         result = run(module, params)
-    except ToolError as exc:
+    except GpufleetError as exc:
         extra = getattr(exc, "result", None) or {}
         kwargs = exc.fail_kwargs()
         for key in ("node", "before", "after", "drained_by_others", "reason", "action"):

@@ -41,6 +41,13 @@ class Fleet(BaseFleet):
         reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
         return state, reason
 
+    def wait_ssh(self, name: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.ssh(name, "true", timeout=30).returncode != 0:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name}: sshd did not come back within {timeout} s")
+            time.sleep(0.5)
+
     def wait_state(self, name: str, accept, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
         state = None
@@ -91,7 +98,8 @@ def test_drain_busy_node_four_ways_then_wait_for_drained(fleet):
     assert fleet.node("busy-01") == ("MIXED+DRAIN", OURS)
 
     # The job is cancelled from the controller while the module waits: it reaches DRAINED.
-    canceller = subprocess.Popen(["sh", "-c", "sleep 2; scancel -w busy-01"], env=fleet.slurm_env)
+    # 8 s: the module must be polling when the job ends (Ansible's start alone took over 2 s on a loaded machine).
+    canceller = subprocess.Popen(["sh", "-c", "sleep 8; scancel -w busy-01"], env=fleet.slurm_env)
     try:
         waited = fleet.module("busy-01", dict(DRAIN, wait=True, timeout=60, poll_interval=1))["busy-01"]
     finally:
@@ -127,27 +135,103 @@ def test_resume_busy_node_back_in_service(fleet):
     assert fleet.wait_state("busy-02", lambda s: s == "MIXED") == "MIXED"
 
 
-@pytest.mark.parametrize("reason", ["hw ticket 4711: GPU 3 Xid 79", "gpufleet:other-rollout: failed validation"])
+def assert_left_alone(fleet, name: str, state: str, reason: str, why: str) -> None:
+    """resumed (check, real), drained (with wait) and rebooted on the node: nothing changes, their state and reason stay."""
+    for checking in (True, False):
+        result = fleet.module(name, {"state": "resumed", "rollout_id": ROLLOUT}, check=checking)[name]
+        assert not result.get("failed"), result
+        assert result["changed"] is False, result
+        assert result["drained_by_others"] is True
+        assert result["before"]["reason"] == reason
+        assert result["before"]["hold"] == "others" and why in result["before"]["hold_why"]
+        assert any("not resumed" in w and why in w for w in result.get("warnings", [])), result.get("warnings")
+        assert fleet.node(name) == (state, reason)
+    for args in (dict(DRAIN, wait=True, timeout=5, poll_interval=1), {"state": "rebooted", "reason": "driver upgrade", "rollout_id": ROLLOUT}):
+        result = fleet.module(name, args)[name]
+        assert not result.get("failed"), result
+        assert result["changed"] is False, result
+        assert result["drained_by_others"] is True
+        assert result["before"]["reason_user"] == "root"
+        assert fleet.node(name) == (state, reason)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "hw ticket 4711: GPU 3 Xid 79",
+        "gpufleet:other-rollout: failed validation",
+        # a person's reason that merely starts with the marker and our rollout id
+        f"gpufleet:{ROLLOUT} hold for bob",
+    ],
+)
 def test_someone_elses_drain_is_neither_resumed_nor_overwritten(fleet, reason):
     fleet.scontrol("update", "NodeName=idle-03", "State=DRAIN", f"Reason={reason}")
     try:
-        for checking in (True, False):
-            result = fleet.module("idle-03", {"state": "resumed", "rollout_id": ROLLOUT}, check=checking)["idle-03"]
-            assert result["changed"] is False, result
-            assert result["drained_by_others"] is True
-            assert result["before"]["reason"] == reason
-            assert any("not resumed" in w for w in result.get("warnings", []))
-            assert fleet.node("idle-03") == ("IDLE+DRAIN", reason)
-        drained = fleet.module("idle-03", DRAIN)["idle-03"]
-        assert drained["changed"] is False
-        assert drained["drained_by_others"] is True
-        assert drained["before"]["reason_user"] == "root"
-        assert fleet.node("idle-03") == ("IDLE+DRAIN", reason)
+        assert_left_alone(fleet, "idle-03", "IDLE+DRAIN", reason, "other-rollout" if "other-rollout" in reason else "our marker")
     finally:
         fleet.scontrol("update", "NodeName=idle-03", "State=RESUME")
+        fleet.wait_state("idle-03", lambda s: s.startswith("IDLE") and "DRAIN" not in s)
+
+
+def test_resume_without_rollout_id_is_refused_and_keeps_another_rollouts_drain(fleet):
+    other = "gpufleet:r-OTHER: driver upgrade"
+    fleet.scontrol("update", "NodeName=idle-03", "State=DRAIN", f"Reason={other}")
+    try:
+        result = fleet.module("idle-03", {"state": "resumed"})["idle-03"]
+        assert result["failed"] is True
+        assert result["msg"].startswith("rollout_id is required")
+        assert fleet.node("idle-03") == ("IDLE+DRAIN", other)
+    finally:
+        fleet.scontrol("update", "NodeName=idle-03", "State=RESUME")
+        fleet.wait_state("idle-03", lambda s: s.startswith("IDLE") and "DRAIN" not in s)
+
+
+@pytest.mark.parametrize("reason", ["psu alarm, do not touch", OURS])
+def test_fail_node_is_left_alone_whatever_its_reason(fleet, reason):
+    # Real Slurm 22.05: State=DRAIN on IDLE+FAIL replaces FAIL by DRAIN and the reason; State=RESUME clears FAIL.
+    fleet.scontrol("update", "NodeName=idle-01", "State=FAIL", f"Reason={reason}")
+    try:
+        assert fleet.node("idle-01") == ("IDLE+FAIL", reason)
+        assert_left_alone(fleet, "idle-01", "IDLE+FAIL", reason, "FAIL flag")
+    finally:
+        fleet.scontrol("update", "NodeName=idle-01", "State=RESUME")
+        fleet.wait_state("idle-01", lambda s: s.startswith("IDLE") and "FAIL" not in s)
+
+
+def test_down_node_is_left_alone(fleet):
+    reason = "bad dimm, ticket 77"
+    fleet.scontrol("update", "NodeName=idle-03", "State=DOWN", f"Reason={reason}")
+    try:
+        assert fleet.node("idle-03") == ("DOWN", reason)
+        assert_left_alone(fleet, "idle-03", "DOWN", reason, "our marker")
+    finally:
+        fleet.scontrol("update", "NodeName=idle-03", "State=RESUME")
+        fleet.wait_state("idle-03", lambda s: s == "IDLE", timeout=60)
+
+
+def test_reboot_then_resume_after_reboot_complete(fleet):
+    # scontrol reboot ASAP nextstate=DOWN: Slurm appends ": reboot issued : reboot complete" (as SlurmUser) and leaves it DOWN.
+    args = {"state": "rebooted", "reason": "driver upgrade", "rollout_id": ROLLOUT}
+    requested = fleet.module("idle-02", args)["idle-02"]
+    assert requested["changed"] is True, requested
+    fleet.wait_state("idle-02", lambda s: s == "DOWN", timeout=90)
+    fleet.wait_ssh("idle-02")  # slurmd registers before the simulated node's sshd is back
+    state, reason = fleet.node("idle-02")
+    assert state == "DOWN"
+    assert reason == f"{OURS} : reboot issued : reboot complete"
+    again = fleet.module("idle-02", args)["idle-02"]
+    assert again["changed"] is False, again
+    assert again["before"]["hold"] == "ours"
+    # another rollout does not resume it
+    other = fleet.module("idle-02", {"state": "resumed", "rollout_id": "it-2"})["idle-02"]
+    assert other["changed"] is False and other["drained_by_others"] is True
+    assert fleet.node("idle-02") == ("DOWN", reason)
+    resumed = fleet.module("idle-02", {"state": "resumed", "rollout_id": ROLLOUT})["idle-02"]
+    assert resumed["changed"] is True, resumed
+    assert fleet.wait_state("idle-02", lambda s: s == "IDLE", timeout=60) == "IDLE"
 
 
 def test_unknown_node_fails_clearly(fleet):
-    result = fleet.module("idle-01", {"node": "no-such-node", "state": "drained", "reason": "x"})["idle-01"]
+    result = fleet.module("idle-01", {"node": "no-such-node", "state": "drained", "reason": "x", "rollout_id": ROLLOUT})["idle-01"]
     assert result["failed"] is True
     assert result["msg"].startswith("Slurm does not know node no-such-node")

@@ -4,33 +4,39 @@
 
 """Drain, resume and reboot one Slurm node: the logic behind the slurm_node module (private).
 
-Parses ``scontrol show node -o`` and ``squeue -h -o %i,%u,%j``; plans what to change
-from the node's state flags and drain reason; never touches a drain whose reason does
-not carry our marker (``<owner_tag>:<rollout_id>: <reason>``) unless forced.
+Reads the node with ``scontrol show node -o`` and ``squeue -h -o %i,%u,%j`` (parsed in
+``_parsers/slurm.py``), judges whose its state is (``judge``: ours only with exactly our marker
+``<owner_tag>:<rollout_id>: <reason>``, set by us, in a state we cause), plans, acts, reads again.
+A node that is not ours is never changed unless a resume is forced.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import time
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Scontrol, Tool, ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.slurm import REBOOT_FLAGS, parse_show_node, parse_slurm_user, parse_squeue
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import MAX_TIMEOUT, Scontrol, Tool, ToolError
 
-# Base states Slurm prints before the first "+" (slurm/src/common/slurm_protocol_defs.c,
-# node_state_base_string); older releases and sinfo print DRAINED / DRAINING / DRAIN instead.
-BASE_STATES = frozenset(("IDLE", "ALLOCATED", "ALLOC", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"))
-_OLD_DRAIN_STATES = {"DRAINED": "IDLE", "DRAINING": "ALLOCATED", "DRAIN": "IDLE"}
-# Flags that mean jobs still hold the node.
-_BUSY_BASES = frozenset(("ALLOCATED", "ALLOC", "MIXED"))
-_BUSY_FLAGS = frozenset(("COMPLETING",))
 # One Slurm call should answer within MessageTimeout (10 s by default); allow for a slow controller.
 CALL_TIMEOUT = 60
 _NOT_FOUND = re.compile(r"Node \S+ not found")
-_REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?) \[(?P<user>[^\s@\]]+)@(?P<time>[^\]\s]*)\][ \t]*(?=\s|$)")
-_REASON_BARE = re.compile(r"(?:^|\s)Reason=(?P<text>[^\n]*)")
-_KEY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_:]*)=(?P<value>.*)$")
-ROLLOUT_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+# Options are checked with fullmatch: "$" would let a trailing newline through ("r1\n").
+ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+OWNER_TAG = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# One Slurm NodeName: no hostlist expression (gpu[01-04]), no list (a,b), no space.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+# Printable text; no newline (Slurm prints each reason line apart), no tab or other control character.
+REASON_TEXT = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")
+POLL_INTERVAL_MAX = 3600
+
+
+class SlurmArgumentError(GpufleetError):
+    """An option of slurm_node that cannot be used (found before any command runs)."""
 
 
 class SlurmError(ToolError):
@@ -42,152 +48,167 @@ class Squeue(Tool):
     label = "squeue"
 
 
-# --- parsing ---------------------------------------------------------------------------------------
+class NodeScontrol(Scontrol):
+    # The reason's [user@time] is found by its time format: ISO 8601, whatever SLURM_TIME_FORMAT the user's shell sets.
+    env = (("SLURM_TIME_FORMAT", "standard"),)
 
 
-def _split_fields(text):
-    """``Key=value`` pairs of one node record; a value may hold spaces (``OS=Linux 6.1 #1 SMP``)."""
-    fields = {}
-    key = None
-    for word in text.split():
-        match = _KEY.match(word)
-        if match:
-            key = match.group("key")
-            fields[key] = match.group("value")
-        elif key is not None:
-            fields[key] = (fields[key] + " " + word).strip()
-    return fields
+# --- options -----------------------------------------------------------------------------------------
 
 
-def parse_state(state):
-    """``MIXED+DRAIN``, ``IDLE*``, ``DOWN+DRAIN+NOT_RESPONDING``... -> ``(base, flags, not_responding)``."""
-    if not state or not state.strip():
-        raise ParseError("scontrol show node: empty State")
-    parts = [part.strip() for part in state.strip().upper().split("+")]
-    not_responding = False
-    cleaned = []
-    for part in parts:
-        if part.endswith("*"):  # sinfo and older scontrol: "*" = not responding
-            not_responding = True
-        name = part.rstrip("*")
-        if not name:
-            raise ParseError(f"scontrol show node: malformed State {state!r}")
-        cleaned.append(name)
-    base, flags = cleaned[0], cleaned[1:]
-    if base in _OLD_DRAIN_STATES:
-        flags = ["DRAIN", *flags]
-        base = _OLD_DRAIN_STATES[base]
-    if base not in BASE_STATES:
-        raise ParseError(f"scontrol show node: unknown node state {base!r} in State={state}")
-    if "NOT_RESPONDING" in flags:
-        not_responding = True
-        flags = [flag for flag in flags if flag != "NOT_RESPONDING"]
-    if base == "ALLOC":
-        base = "ALLOCATED"
-    return base, flags, not_responding
+def _whole_number(params, name, low, high):
+    value = params.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SlurmArgumentError(f"{name} must be a whole number of seconds from {low} to {high}, got {value!r}", option=name)
 
 
-def drain_state(base, flags):
-    """``draining`` (DRAIN flag, jobs still run), ``drained`` (DRAIN flag, no jobs), or None."""
-    if "DRAIN" not in flags:
-        return None
-    if base in _BUSY_BASES or _BUSY_FLAGS.intersection(flags):
-        return "draining"
-    return "drained"
-
-
-def parse_show_nodes(text):
-    """Every node record of ``scontrol show node [-o]`` output, as a list of dicts (see parse_show_node)."""
-    records = re.split(r"(?m)^(?=NodeName=)", text or "")
-    return [_parse_record(record) for record in records if record.strip()]
-
-
-def parse_show_node(text):
-    """One node of ``scontrol show node -o NAME`` (one-line or multi-line form).
-
-    Returns ``{"name", "state", "base_state", "flags", "not_responding", "drain", "down",
-    "drain_state", "reason", "reason_user", "reason_time", "cpu_alloc", "cpu_total", "fields"}``
-    where ``fields`` holds every ``Key=value`` as printed (the reason apart).
-    """
-    nodes = parse_show_nodes(text)
-    if len(nodes) != 1:
-        raise ParseError(f"scontrol show node: expected one node record, found {len(nodes)}")
-    return nodes[0]
-
-
-def _parse_record(record):
-    reason = reason_user = reason_time = None
-    # The reason is free text (it may hold "=" and "[...]"): take it out before splitting the rest.
-    match = _REASON.search(record) or _REASON_BARE.search(record)
-    if match:
-        reason = match.group("text").strip() or None
-        if "user" in match.groupdict():
-            reason_user, reason_time = match.group("user"), match.group("time")
-        record = record[: match.start()] + " " + record[match.end() :]
-    fields = _split_fields(record)
-    if not fields.get("NodeName"):
-        raise ParseError("scontrol show node: no NodeName= in the output")
-    if "State" not in fields:
-        raise ParseError(f"scontrol show node: no State= for node {fields['NodeName']}")
-    base, flags, not_responding = parse_state(fields["State"])
-    if reason in ("(null)", "none"):
-        reason = None
-    return {
-        "name": fields["NodeName"],
-        "state": fields["State"],
-        "base_state": base,
-        "flags": flags,
-        "not_responding": not_responding,
-        "drain": "DRAIN" in flags,
-        "down": base == "DOWN",
-        "drain_state": drain_state(base, flags),
-        "reason": reason,
-        "reason_user": reason_user,
-        "reason_time": reason_time,
-        "cpu_alloc": _int_or_none(fields.get("CPUAlloc")),
-        "cpu_total": _int_or_none(fields.get("CPUTot")),
-        "fields": fields,
-    }
-
-
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def parse_squeue(text):
-    """``squeue -h -o %i,%u,%j`` -> ``[{"id", "user", "name"}]`` (a job name may hold commas)."""
-    jobs = []
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        parts = line.strip().split(",", 2)
-        if len(parts) != 3:
-            raise ParseError(f"squeue: expected 'jobid,user,name', got {line!r}")
-        jobs.append({"id": parts[0], "user": parts[1], "name": parts[2]})
-    return jobs
+def check_params(params):
+    """Refuse unusable options before the first command; return nothing (SlurmArgumentError names the option)."""
+    node = params.get("node")
+    if node is not None and not NODE_NAME.fullmatch(node):
+        raise SlurmArgumentError(
+            f"node {node!r} is not one Slurm NodeName: letters, digits, '.', '_' and '-', no hostlist (gpu[01-04]), list or space",
+            option="node",
+        )
+    rollout_id = params.get("rollout_id")
+    if rollout_id is None and not (params.get("state") == "resumed" and params.get("force")):
+        raise SlurmArgumentError(
+            "rollout_id is required: the marker OWNER_TAG:ROLLOUT_ID: in the drain reason is how this module knows a drain is its own, "
+            "and without it a resume could put back in service a node that another rollout drained. Pass the rollout's id "
+            "(the same one the drain used); only state=resumed with force=true goes without it.",
+            option="rollout_id",
+        )
+    if rollout_id is not None and not ROLLOUT_ID.fullmatch(rollout_id):
+        raise SlurmArgumentError(
+            f"rollout_id {rollout_id!r} may hold only letters, digits, '.', '_' and '-' (1 to 64, no space or newline)", option="rollout_id",
+        )
+    owner_tag = params.get("owner_tag")
+    if not isinstance(owner_tag, str) or not OWNER_TAG.fullmatch(owner_tag):
+        raise SlurmArgumentError(
+            f"owner_tag {owner_tag!r} may hold only letters, digits, '.', '_' and '-' (1 to 64, no ':', space or newline)", option="owner_tag",
+        )
+    reason = params.get("reason")
+    if reason is not None and (not REASON_TEXT.fullmatch(reason) or not reason.strip()):
+        raise SlurmArgumentError(
+            f"reason {reason!r} must be 1 to 1024 printable characters on one line (no newline, tab or other control character)",
+            option="reason",
+        )
+    _whole_number(params, "timeout", 1, MAX_TIMEOUT)
+    _whole_number(params, "poll_interval", 1, POLL_INTERVAL_MAX)
 
 
 # --- our reason ------------------------------------------------------------------------------------
 
+# What slurmctld appends to a reason itself (set_node_reboot_reason, as SlurmUser) during `scontrol reboot`.
+REBOOT_NOTES = ("reboot issued", "reboot complete", "reboot timed out")
+# Base states that are no usable node: a node that never registered, or one Slurm has no name for.
+_NOT_A_NODE_YET = frozenset(("FUTURE", "UNKNOWN", "ERROR"))
+
 
 def make_reason(owner_tag, rollout_id, reason):
-    """``gpufleet:<rollout_id>: <reason>``, or ``gpufleet: <reason>`` without a rollout id."""
-    marker = f"{owner_tag}:{rollout_id}:" if rollout_id else f"{owner_tag}:"
-    return f"{marker} {reason}".rstrip()
+    """``<owner_tag>:<rollout_id>: <reason>`` (``gpufleet:2026-06-01-r1: driver upgrade``)."""
+    return f"{owner_tag}:{rollout_id}: {reason}"
+
+
+def split_reason(reason, owner_tag):
+    """``{"rollout_id", "text", "notes"}`` of a reason that is exactly ``<owner_tag>:<rollout_id>: <text>``, else None.
+
+    ``notes`` are Slurm's own `` : reboot issued`` / `` : reboot complete`` / `` : reboot timed out`` at the end.
+    One line only: a reason with a second line was changed by someone (we never write a newline).
+    """
+    if not reason:
+        return None
+    match = re.fullmatch(re.escape(owner_tag) + r":(?P<rollout>[A-Za-z0-9._-]{1,64}): (?P<text>[^\n]+)", reason)
+    if not match:
+        return None
+    text, notes = _strip_notes(match.group("text"))
+    if not text:
+        return None
+    return {"rollout_id": match.group("rollout"), "text": text, "notes": notes}
+
+
+def _strip_notes(reason):
+    """``(reason without Slurm's trailing reboot notes, [notes])``; linear: one pointer walks back from the end."""
+    end, notes = len(reason), []
+    while True:
+        for note in REBOOT_NOTES:
+            if reason.endswith(" : " + note, 0, end) and end > len(note) + 3:
+                end -= len(note) + 3
+                notes.append(note)
+                break
+        else:
+            return reason[:end], notes[::-1]
 
 
 def reason_owner(reason, owner_tag):
-    """``(ours, rollout_id)``: whether the reason carries our marker, and the rollout it names."""
-    if not reason or not reason.startswith(owner_tag + ":"):
-        return False, None
-    rest = reason[len(owner_tag) + 1 :]
-    head, sep, _tail = rest.partition(":")
-    if sep and head and ROLLOUT_ID.match(head):
-        return True, head
-    return True, None
+    """``(marked, rollout_id)``: whether the reason is exactly in our marker's form, and the rollout it names."""
+    parts = split_reason(reason, owner_tag)
+    return (True, parts["rollout_id"]) if parts else (False, None)
+
+
+def current_user():
+    """``{"name", "uid"}`` of the user this module runs as: the user Slurm records as the setter of our reasons."""
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry: Slurm prints the number too
+        name = str(uid)
+    return {"name": name, "uid": str(uid)}
+
+
+def judge(node, owner_tag, rollout_id, users):
+    """Whose the node's state is: ``{"hold": "in_service" | "ours" | "others", "why": str | None, "foreign_reason": bool}``.
+
+    Ours means all of: the reason is exactly ``<owner_tag>:<rollout_id>: <text>`` with our rollout id,
+    Slurm says it was set by one of ``users`` (when it says who), and the node is out of service only in
+    ways we cause: the DRAIN flag, a reboot we asked for (REBOOT_REQUESTED / REBOOT_ISSUED), or DOWN after
+    our reboot completed. FAIL, another DOWN, FUTURE / UNKNOWN and every reason of someone else are
+    theirs. ``users(parts, user)`` returns the names and uids accepted as the setter of a reason of ours
+    (SlurmUser too when Slurm appended a reboot note).
+    """
+    reason, state = node["reason"], node["state"]
+    held = node["drain"] or node["down"] or bool(REBOOT_FLAGS & set(node["flags"]))
+    if node["base_state"] in _NOT_A_NODE_YET:
+        return _others(f"it is {node['base_state']} in Slurm (no registered, usable node): nothing this rollout set")
+    if node["fail"]:
+        return _others("it has the FAIL flag, set by an administrator or Slurm (a drain would replace it, a resume clear it)")
+    marker = f"{owner_tag}:{rollout_id}:"
+    parts = split_reason(reason, owner_tag)
+    why = None
+    if reason is None:
+        why = f"it is {state} with no reason, which this rollout never leaves" if held else None
+    elif rollout_id is None:  # force without rollout_id: no drain is known to be ours
+        why = f"its reason {reason!r} cannot be ours: no rollout_id was given"
+    elif parts is None:
+        why = f"its reason {reason!r} does not start with our marker {marker} (one line, '{marker} TEXT')"
+    elif parts["rollout_id"] != rollout_id:
+        why = f"its reason {reason!r} names rollout {parts['rollout_id']}, not {rollout_id}"
+    elif node["reason_user"] is not None and node["reason_user"] not in users(parts, node["reason_user"]):
+        accepted = " or ".join(sorted(users(parts, node["reason_user"])))
+        why = f"its reason {reason!r} carries our marker but was set by {node['reason_user']}, not by {accepted} (this task's user)"
+    if why:
+        if held or reason is not None:
+            return {"hold": "others", "why": why, "foreign_reason": reason is not None}
+        return {"hold": "in_service", "why": None, "foreign_reason": False}
+    if not held:
+        return {"hold": "in_service", "why": None, "foreign_reason": False}
+    if node["drain"] or REBOOT_FLAGS & set(node["flags"]):
+        return {"hold": "ours", "why": None, "foreign_reason": False}
+    # DOWN without DRAIN: ours only right after our own reboot (scontrol reboot nextstate=DOWN) completed.
+    if parts["notes"] and parts["notes"][-1] == "reboot complete":
+        return {"hold": "ours", "why": None, "foreign_reason": False}
+    if "reboot timed out" in parts["notes"]:
+        return _others("our reboot timed out and Slurm set it DOWN: look at the node before resuming it")
+    return _others(f"it is {state}, which this rollout did not set (only DRAIN, a reboot it asked for, or DOWN after that reboot)")
+
+
+def _without_notes(reason):
+    """The reason without the reboot notes Slurm appended (`` : reboot issued``...)."""
+    return _strip_notes(reason)[0]
+
+
+def _others(why):
+    return {"hold": "others", "why": why, "foreign_reason": False}
 
 
 # --- the node and the plan -------------------------------------------------------------------------
@@ -201,13 +222,16 @@ class SlurmNode:
         self.name = name
         self.owner_tag = owner_tag
         self.rollout_id = rollout_id
-        self.scontrol = Scontrol(module, path=scontrol_path, required=True)
+        self.scontrol = NodeScontrol(module, path=scontrol_path, required=True)
         self.squeue = Squeue(module, path=squeue_path)
+        me = current_user()
+        self.our_users = {me["name"], me["uid"]}
+        self._slurm_user = None
 
     # reading
 
     def show(self):
-        """The node as parse_show_node returns it, plus ``ours`` and ``rollout_id`` of its reason (no jobs)."""
+        """The node as parse_show_node returns it, plus ``ours``, ``rollout_id``, ``hold`` and ``hold_why`` (no jobs)."""
         rc, out, err = self.scontrol.run(["show", "node", "-o", self.name], ok_rcs=None, timeout=CALL_TIMEOUT)
         if rc != 0:
             if _NOT_FOUND.search(out + err):
@@ -222,13 +246,35 @@ class SlurmNode:
         try:
             node = parse_show_node(out)
         except ParseError as exc:
-            raise SlurmError(str(exc), cmd=[self.scontrol.path, "show", "node", "-o", self.name], rc=rc, stdout=out, stderr=err) from exc
+            raise SlurmError(
+                f"{exc}. Nothing was changed.", cmd=[self.scontrol.path, "show", "node", "-o", self.name], rc=rc, stdout=out, stderr=err,
+            ) from exc
         if node["name"] != self.name:
             raise SlurmError(f"scontrol show node {self.name} answered for node {node['name']}", rc=rc, stdout=out, stderr=err)
-        ours, rollout = reason_owner(node["reason"], self.owner_tag)
-        node["ours"] = ours
-        node["rollout_id"] = rollout
+        node["rollout_id"] = reason_owner(node["reason"], self.owner_tag)[1]
+        verdict = judge(node, self.owner_tag, self.rollout_id, self.accepted_users)
+        node["ours"] = verdict["hold"] == "ours"
+        node["hold"] = verdict["hold"]
+        node["hold_why"] = verdict["why"]
+        node["foreign_reason"] = verdict["foreign_reason"]
         return node
+
+    def accepted_users(self, parts, user):
+        """Who may have set a reason of ours: us, and SlurmUser when Slurm appended a reboot note (asked only then)."""
+        if user in self.our_users or not parts["notes"]:
+            return self.our_users
+        return self.our_users | self.slurm_user()
+
+    def slurm_user(self):
+        """``{name, uid}`` of SlurmUser (``scontrol show config``), asked once."""
+        if self._slurm_user is None:
+            out = self.scontrol.run(["show", "config"], timeout=CALL_TIMEOUT)[1]
+            try:
+                user = parse_slurm_user(out)
+            except ParseError as exc:
+                raise SlurmError(f"{exc}. Nothing was changed.", cmd=[self.scontrol.path, "show", "config"], stdout=out) from exc
+            self._slurm_user = {user["name"], user["uid"]}
+        return self._slurm_user
 
     def jobs(self):
         """Jobs on the node (``[{"id", "user", "name"}]``), or None when squeue is not installed."""
@@ -246,12 +292,6 @@ class SlurmNode:
         node["jobs"] = self.jobs()
         return node
 
-    def owned(self, node):
-        """The node's reason is ours and, when we have a rollout id, names our rollout."""
-        if not node["ours"]:
-            return False
-        return self.rollout_id is None or node["rollout_id"] == self.rollout_id
-
     # acting
 
     def update(self, *args):
@@ -264,6 +304,11 @@ class SlurmNode:
             node = self.show()
             if not node["drain"]:
                 raise SlurmError(f"node {self.name} lost its drain while we waited (state {node['state']}, reason {node['reason']!r})")
+            if node["hold"] != "ours":
+                raise SlurmError(
+                    f"node {self.name} was taken over by someone else while we waited ({node['state']}, reason {node['reason']!r} "
+                    f"set by {node['reason_user']}): {node['hold_why']}. Their drain is kept; this node is not ours to upgrade now."
+                )
             if node["drain_state"] == "drained":
                 return round(time.monotonic() - start, 1)
             waited = time.monotonic() - start
@@ -283,40 +328,42 @@ def _diff_view(node):
     return {"state": node["state"], "reason": node["reason"]}
 
 
-def plan(node, desired, want_reason, owned, force=False):
-    """What to do: ``{"action": "drain"|"resume"|"reboot"|None, "drained_by_others": bool, "note": str|None}``."""
-    held = node["drain"] or node["down"] or bool({"REBOOT_REQUESTED", "REBOOT_ISSUED"} & set(node["flags"]))
-    others = held and not owned
+def _someone(node):
+    return f"({node['state']}, reason {node['reason']!r} set by {node['reason_user']} at {node['reason_time']})"
+
+
+def plan(node, desired, want_reason, force=False):
+    """What to do: ``{"action": "drain"|"resume"|"reboot"|None, "drained_by_others": bool, "note": str|None}``.
+
+    ``node`` carries ``hold`` and ``hold_why`` (see judge).
+    """
+    hold, why = node["hold"], node["hold_why"]
+    name = node["name"]
     if desired == "drained":
-        if others:
-            note = (
-                f"node {node['name']} is already out of service for someone else ({node['state']}, reason {node['reason']!r} "
-                f"set by {node['reason_user']}): left as it is, counted as unavailable"
-            )
+        if hold == "others":
+            note = f"node {name} is out of service for someone else or holds their reason {_someone(node)}: {why}. Left as it is, counted as unavailable"
             return {"action": None, "drained_by_others": True, "note": note}
         if node["drain"] and node["reason"] == want_reason:
             return {"action": None, "drained_by_others": False, "note": None}
         return {"action": "drain", "drained_by_others": False, "note": None}
     if desired == "resumed":
-        if not held:
+        if hold == "in_service":
             return {"action": None, "drained_by_others": False, "note": None}
-        if others and not force:
-            note = (
-                f"node {node['name']} was taken out of service by someone else ({node['state']}, reason {node['reason']!r} "
-                f"set by {node['reason_user']} at {node['reason_time']}): not resumed. Resume it by hand once its owner agrees."
-            )
+        if hold == "others" and not force:
+            note = f"node {name} {_someone(node)}: {why}. It is not resumed: resume it by hand once its owner agrees (or force: true)"
             return {"action": None, "drained_by_others": True, "note": note}
-        if others:
-            note = f"force: resuming node {node['name']} although someone else drained it (reason {node['reason']!r}, by {node['reason_user']})"
+        if hold == "others":
+            note = f"force: resuming node {name} although it is not ours {_someone(node)}: {why}"
             return {"action": "resume", "drained_by_others": True, "note": note}
         return {"action": "resume", "drained_by_others": False, "note": None}
     if desired == "rebooted":
-        if others:
-            return {"action": None, "drained_by_others": True, "note": None}
+        if hold == "others":
+            note = f"node {name} {_someone(node)}: {why}. No reboot asked: left as it is, counted as unavailable"
+            return {"action": None, "drained_by_others": True, "note": note}
         reason = node["reason"] or ""
-        if reason.startswith(want_reason) and (
-            {"REBOOT_REQUESTED", "REBOOT_ISSUED"} & set(node["flags"]) or "reboot complete" in reason
-        ):
+        same = _without_notes(reason) == want_reason
+        ours_done = same and (REBOOT_FLAGS & set(node["flags"]) or reason.endswith(" : reboot complete"))
+        if hold == "ours" and ours_done:
             return {"action": None, "drained_by_others": False, "note": None}
         return {"action": "reboot", "drained_by_others": False, "note": None}
     raise ValueError(f"unknown state {desired!r}")
@@ -346,7 +393,7 @@ def _recheck(slurm, step, desired, want_reason, force, result):
     Returns the step to carry out (``action`` None when we back off) and updates ``result``.
     """
     node = slurm.show()
-    fresh = plan(node, desired, want_reason, slurm.owned(node), force=force)
+    fresh = plan(node, desired, want_reason, force=force)
     if fresh["action"] is None:
         # Someone else's drain appeared (kept as it is), or the node already is as wanted: nothing to do.
         if fresh["drained_by_others"]:
@@ -372,9 +419,9 @@ def run(module, params):
         scontrol_path=params.get("scontrol_path"), squeue_path=params.get("squeue_path"),
     )
     desired = params["state"]
-    want_reason = make_reason(params["owner_tag"], params.get("rollout_id"), params.get("reason") or "")
+    want_reason = make_reason(params["owner_tag"], params["rollout_id"], params["reason"]) if desired != "resumed" else None
     before = slurm.read()
-    step = plan(before, desired, want_reason, slurm.owned(before), force=params.get("force", False))
+    step = plan(before, desired, want_reason, force=params.get("force", False))
     result = {
         "changed": step["action"] is not None,
         "node": slurm.name,

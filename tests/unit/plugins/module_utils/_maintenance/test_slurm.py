@@ -1,239 +1,189 @@
-"""Parsing of scontrol/squeue output, our reason marker, and the plan (plugins/module_utils/_slurm.py)."""
+"""Our reason marker, whose a node's state is (judge), and the plan of slurm_node (plugins/module_utils/_maintenance/slurm.py).
+
+Parsing is tested in tests/unit/plugins/module_utils/_parsers/test_slurm.py.
+"""
 
 from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm import (
+    judge,
     make_reason,
-    parse_show_node,
-    parse_show_nodes,
-    parse_squeue,
-    parse_state,
     plan,
     reason_owner,
+    split_reason,
 )
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.slurm import parse_show_node
 
 from tests.conftest import OWN
 
 SLURM = OWN / "slurm"
+ROOT = {"root", "0"}
 
 
 def fixture(name):
     return (SLURM / name).read_text()
 
 
-# --- real scontrol show node output (Slurm 22.05.8, captured from the simulator) ----------------------
-
-# file: (state, base, flags, not_responding, drain_state, reason, reason_user, cpu_alloc)
-REAL_NODES = {
-    "show_node_idle.txt": ("IDLE", "IDLE", [], False, None, None, None, 0),
-    "show_node_mixed.txt": ("MIXED", "MIXED", [], False, None, None, None, 1),
-    "show_node_mixed_not_responding.txt": ("MIXED+NOT_RESPONDING", "MIXED", [], True, None, None, None, 1),
-    "show_node_idle_not_responding.txt": ("IDLE+NOT_RESPONDING", "IDLE", [], True, None, None, None, 0),
-    "show_node_mixed_drain_ours.txt": (
-        "MIXED+DRAIN", "MIXED", ["DRAIN"], False, "draining", "gpufleet:r-2026: driver upgrade a=b [x]", "root", 1,
-    ),
-    "show_node_multiline_mixed_drain.txt": (
-        "MIXED+DRAIN", "MIXED", ["DRAIN"], False, "draining", "gpufleet:r-2026: driver upgrade a=b [x]", "root", 1,
-    ),
-    "show_node_idle_drain_others.txt": ("IDLE+DRAIN", "IDLE", ["DRAIN"], False, "drained", "hw ticket 123", "root", 0),
-    "show_node_down_drain.txt": ("DOWN+DRAIN", "DOWN", ["DRAIN"], False, "drained", "rma: gpu 3", "root", 0),
-    "show_node_down_not_responding.txt": ("DOWN+NOT_RESPONDING", "DOWN", [], True, None, "Not responding", "root", 0),
-    "show_node_down_reboot_complete.txt": (
-        "DOWN", "DOWN", [], False, None, "gpufleet:r9: reboot : reboot issued : reboot complete", "root", 0,
-    ),
-    "show_node_idle_drain_reboot_requested.txt": (
-        "IDLE+DRAIN+REBOOT_REQUESTED", "IDLE", ["DRAIN", "REBOOT_REQUESTED"], False, "drained", "gpufleet:r9: reboot", "root", 0,
-    ),
-    "show_node_idle_drain_reboot_requested_not_responding.txt": (
-        "IDLE+DRAIN+REBOOT_REQUESTED+NOT_RESPONDING", "IDLE", ["DRAIN", "REBOOT_REQUESTED"], True, "drained", "gpufleet:r9: reboot", "root", 0,
-    ),
-    "show_node_mixed_drain_reboot_requested.txt": (
-        "MIXED+DRAIN+REBOOT_REQUESTED", "MIXED", ["DRAIN", "REBOOT_REQUESTED"], False, "draining", "gpufleet:r9: reboot", "root", 1,
-    ),
-    "show_node_down_drain_reboot_issued.txt": (
-        "DOWN+DRAIN+REBOOT_ISSUED", "DOWN", ["DRAIN", "REBOOT_ISSUED"], False, "drained", "gpufleet:r9: reboot : reboot issued", "root", 0,
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(REAL_NODES))
-def test_real_scontrol_show_node(name):
-    state, base, flags, not_responding, drain_state, reason, user, cpu_alloc = REAL_NODES[name]
-    node = parse_show_node(fixture(name))
-    assert node["state"] == state
-    assert node["base_state"] == base
-    assert node["flags"] == flags
-    assert node["not_responding"] is not_responding
-    assert node["drain_state"] == drain_state
-    assert node["drain"] is ("DRAIN" in flags)
-    assert node["down"] is (base == "DOWN")
-    assert node["reason"] == reason
-    assert node["reason_user"] == user
-    assert node["cpu_alloc"] == cpu_alloc
-    assert node["cpu_total"] == 4
-
-
-def test_every_real_fixture_is_in_the_table():
-    files = {p.name for p in SLURM.glob("show_node_*.txt")} - {"show_node_not_found.txt"}
-    assert files == set(REAL_NODES)
-
-
-def test_fields_with_spaces_and_reason_time():
-    node = parse_show_node(fixture("show_node_mixed_drain_ours.txt"))
-    assert node["name"] == "busy-01"
-    assert node["fields"]["OS"] == "Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0"
-    assert node["fields"]["NodeAddr"] == "127.0.50.1"
-    assert node["fields"]["Version"] == "22.05.8"
-    assert node["fields"]["AllocTRES"] == "cpu=1"
-    # The "=" inside the reason does not become a field.
-    assert "a" not in node["fields"]
-    assert "Reason" not in node["fields"]
-    assert node["reason_time"] == "2026-11-30T15:38:31"
-
-
-def test_next_state_is_not_state():
-    node = parse_show_node(fixture("show_node_mixed_drain_reboot_requested.txt"))
-    assert node["fields"]["NextState"] == "DOWN"
-    assert node["state"] == "MIXED+DRAIN+REBOOT_REQUESTED"
-
-
-def test_not_found_output_is_a_parse_error():
-    with pytest.raises(ParseError, match="no NodeName"):
-        parse_show_node(fixture("show_node_not_found.txt"))
-
-
-def test_several_records():
-    text = fixture("show_node_idle.txt") + fixture("show_node_mixed.txt")
-    assert [n["name"] for n in parse_show_nodes(text)] == ["idle-03", "busy-01"]
-    with pytest.raises(ParseError, match="expected one node record, found 2"):
-        parse_show_node(text)
-
-
-# --- state strings -------------------------------------------------------------------------------------
-
-STATES = [
-    # state, base, flags, not_responding, drain_state
-    ("IDLE", "IDLE", [], False, None),
-    ("ALLOCATED", "ALLOCATED", [], False, None),
-    ("IDLE+DRAIN", "IDLE", ["DRAIN"], False, "drained"),
-    ("MIXED+DRAIN", "MIXED", ["DRAIN"], False, "draining"),
-    ("ALLOCATED+DRAIN", "ALLOCATED", ["DRAIN"], False, "draining"),
-    ("DOWN+DRAIN", "DOWN", ["DRAIN"], False, "drained"),
-    ("IDLE+DRAIN+REBOOT_REQUESTED", "IDLE", ["DRAIN", "REBOOT_REQUESTED"], False, "drained"),
-    ("IDLE+COMPLETING+DRAIN", "IDLE", ["COMPLETING", "DRAIN"], False, "draining"),
-    ("IDLE*", "IDLE", [], True, None),
-    ("DOWN*+DRAIN", "DOWN", ["DRAIN"], True, "drained"),
-    ("MIXED+DRAIN*", "MIXED", ["DRAIN"], True, "draining"),
-    ("ALLOC", "ALLOCATED", [], False, None),
-    ("DRAINED", "IDLE", ["DRAIN"], False, "drained"),
-    ("DRAINING", "ALLOCATED", ["DRAIN"], False, "draining"),
-    ("idle+drain", "IDLE", ["DRAIN"], False, "drained"),
-    ("IDLE+CLOUD+POWERED_DOWN", "IDLE", ["CLOUD", "POWERED_DOWN"], False, None),
-]
-
-
-@pytest.mark.parametrize(("state", "base", "flags", "not_responding", "expected_drain"), STATES, ids=[s[0] for s in STATES])
-def test_state_forms(state, base, flags, not_responding, expected_drain):
-    text = f"NodeName=n1 CPUAlloc=0 CPUTot=8 State={state} Partitions=gpu"
-    node = parse_show_node(text)
-    assert (node["base_state"], node["flags"], node["not_responding"]) == (base, flags, not_responding)
-    assert node["drain_state"] == expected_drain
-
-
-@pytest.mark.parametrize("state", ["", "BOGUS", "IDLE++DRAIN", "+DRAIN"])
-def test_bad_state_is_a_parse_error(state):
-    with pytest.raises(ParseError):
-        parse_state(state)
-
-
-def test_missing_state_is_a_parse_error():
-    with pytest.raises(ParseError, match="no State= for node n1"):
-        parse_show_node("NodeName=n1 CPUAlloc=0")
-
-
-def test_reason_without_user_suffix():
-    node = parse_show_node("NodeName=n1 State=IDLE+DRAIN Reason=maintenance window")
-    assert node["reason"] == "maintenance window"
-    assert node["reason_user"] is None
-
-
-def test_reason_followed_by_other_fields():
-    # Newer Slurm prints Comment=/Extra= after the reason.
-    node = parse_show_node("NodeName=n1 State=IDLE+DRAIN Reason=ticket x=1 [alice@2025-01-02T03:04:05] Comment=rack 4")
-    assert node["reason"] == "ticket x=1"
-    assert node["reason_user"] == "alice"
-    assert node["fields"]["Comment"] == "rack 4"
-
-
-# --- squeue --------------------------------------------------------------------------------------------
-
-
-def test_real_squeue():
-    assert parse_squeue(fixture("squeue_busy.txt")) == [{"id": "1", "user": "root", "name": "sim-busy-01"}]
-
-
-def test_squeue_job_name_with_commas_and_empty():
-    assert parse_squeue("12_3,bob,train,a,b\n\n") == [{"id": "12_3", "user": "bob", "name": "train,a,b"}]
-    assert parse_squeue("") == []
-    with pytest.raises(ParseError, match="squeue"):
-        parse_squeue("garbage")
+def users(slurm_user=frozenset()):
+    """The users() callback of judge: root runs the task; SlurmUser counts only for a reason with a reboot note."""
+    return lambda parts, user: ROOT | (set(slurm_user) if parts["notes"] else set())
 
 
 # --- our marker ----------------------------------------------------------------------------------------
 
 
-def test_make_reason_and_owner():
+def test_make_reason():
     assert make_reason("gpufleet", "r1", "driver upgrade") == "gpufleet:r1: driver upgrade"
-    assert make_reason("gpufleet", None, "driver upgrade") == "gpufleet: driver upgrade"
-    assert reason_owner("gpufleet:r1: driver upgrade", "gpufleet") == (True, "r1")
-    assert reason_owner("gpufleet: driver upgrade", "gpufleet") == (True, None)
-    assert reason_owner("gpufleet:r9: reboot : reboot issued : reboot complete", "gpufleet") == (True, "r9")
-    assert reason_owner("hw ticket 123", "gpufleet") == (False, None)
-    assert reason_owner("gpufleetx:r1: y", "gpufleet") == (False, None)
-    assert reason_owner(None, "gpufleet") == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("gpufleet:r1: driver upgrade", {"rollout_id": "r1", "text": "driver upgrade", "notes": []}),
+        ("gpufleet:r9: reboot : reboot issued : reboot complete", {"rollout_id": "r9", "text": "reboot", "notes": ["reboot issued", "reboot complete"]}),
+        ("gpufleet:r9: reboot : reboot timed out", {"rollout_id": "r9", "text": "reboot", "notes": ["reboot timed out"]}),
+        ("gpufleet:r-2026: driver upgrade a=b [x]", {"rollout_id": "r-2026", "text": "driver upgrade a=b [x]", "notes": []}),
+        # merely starting with the marker is not our form
+        ("gpufleet: driver upgrade", None),
+        ("gpufleet:r1 hold for bob", None),
+        ("gpufleet:r1:driver upgrade", None),
+        ("gpufleet:r1: ", None),
+        ("gpufleet:r1: upgrade\nkeep out, bob", None),
+        ("gpufleetx:r1: y", None),
+        ("xgpufleet:r1: y", None),
+        ("hw ticket 123", None),
+        (None, None),
+    ],
+)
+def test_split_reason(reason, expected):
+    assert split_reason(reason, "gpufleet") == expected
+    assert reason_owner(reason, "gpufleet") == ((True, expected["rollout_id"]) if expected else (False, None))
+
+
+def test_owner_tag_is_matched_literally():
+    assert split_reason("fleet.ctl:r1: x", "fleet.ctl")["rollout_id"] == "r1"
+    assert split_reason("fleetxctl:r1: x", "fleet.ctl") is None
+
+
+# --- judge: whose the node's state is -------------------------------------------------------------------
+
+
+def node_from(name):
+    return parse_show_node(fixture(name))
+
+
+def state(text, reason=None, user="root"):
+    tail = f" Reason={reason} [{user}@2026-11-30T15:38:31]" if reason is not None else ""
+    return parse_show_node(fixture("show_node_idle.txt").rstrip("\n").replace(" State=IDLE ", f" State={text} ") + tail)
+
+
+JUDGED = [
+    # (node, rollout, hold)
+    (state("IDLE"), "r1", "in_service"),
+    (state("MIXED+NOT_RESPONDING"), "r1", "in_service"),
+    (state("IDLE+DRAIN", "gpufleet:r1: driver upgrade"), "r1", "ours"),
+    (state("MIXED+DRAIN", "gpufleet:r1: driver upgrade"), "r1", "ours"),
+    (state("DOWN+DRAIN", "gpufleet:r1: driver upgrade"), "r1", "ours"),
+    (node_from("show_node_idle_drain_reboot_requested.txt"), "r9", "ours"),
+    (node_from("show_node_down_drain_reboot_issued.txt"), "r9", "ours"),
+    (node_from("show_node_down_reboot_complete.txt"), "r9", "ours"),
+    # the same, another rollout
+    (node_from("show_node_down_reboot_complete.txt"), "r1", "others"),
+    (state("IDLE+DRAIN", "gpufleet:r1: driver upgrade"), "r2", "others"),
+    (node_from("show_node_idle_drain_others.txt"), "r1", "others"),
+    (node_from("show_node_down_drain.txt"), "r1", "others"),
+    (node_from("show_node_down_not_responding.txt"), "r1", "others"),
+    (node_from("show_node_idle_fail.txt"), "r1", "others"),
+    (node_from("show_node_mixed_fail.txt"), "r1", "others"),
+    (node_from("show_node_down_admin.txt"), "r1", "others"),
+    (node_from("show_node_idle_drain_multiline_reason.txt"), "r1", "others"),
+    (state("IDLE+FAIL", "gpufleet:r1: driver upgrade"), "r1", "others"),
+    (state("DOWN", "gpufleet:r1: driver upgrade"), "r1", "others"),
+    (state("DOWN", "gpufleet:r1: reboot : reboot issued : reboot timed out"), "r1", "others"),
+    (state("IDLE+DRAIN", "gpufleet:r1: driver upgrade", user="alice"), "r1", "others"),
+    (state("IDLE+DRAIN"), "r1", "others"),
+    (state("FUTURE"), "r1", "others"),
+    (state("UNKNOWN+NOT_RESPONDING"), "r1", "others"),
+    # a reason left on an in-service node: not held, but a drain would overwrite it
+    (state("IDLE+POWERED_DOWN", "power saving, ops", user="admin"), "r1", "others"),
+    (state("IDLE", "gpufleet:r1: driver upgrade"), "r1", "in_service"),
+]
+
+
+@pytest.mark.parametrize(("node", "rollout", "hold"), JUDGED, ids=[f"{n['state']}-{n['reason']}-{r}" for n, r, _hold in JUDGED])
+def test_judge(node, rollout, hold):
+    verdict = judge(node, "gpufleet", rollout, users())
+    assert verdict["hold"] == hold
+    assert (verdict["why"] is None) is (hold != "others")
+
+
+def test_reboot_notes_set_by_slurm_user_are_ours_only_with_a_note():
+    done = state("DOWN", "gpufleet:r9: reboot : reboot issued : reboot complete", user="slurm")
+    assert judge(done, "gpufleet", "r9", users({"slurm", "64030"}))["hold"] == "ours"
+    assert judge(done, "gpufleet", "r9", users())["hold"] == "others"
+    # SlurmUser does not make a plain drain ours: Slurm never writes our marker without a reboot note
+    drained = state("IDLE+DRAIN", "gpufleet:r9: reboot", user="slurm")
+    assert judge(drained, "gpufleet", "r9", users({"slurm", "64030"}))["hold"] == "others"
+
+
+def test_why_names_what_is_not_ours():
+    assert "names rollout r-OTHER, not r1" in judge(state("IDLE+DRAIN", "gpufleet:r-OTHER: x"), "gpufleet", "r1", users())["why"]
+    assert "set by alice" in judge(state("IDLE+DRAIN", "gpufleet:r1: x", user="alice"), "gpufleet", "r1", users())["why"]
+    assert "FAIL flag" in judge(node_from("show_node_idle_fail.txt"), "gpufleet", "r1", users())["why"]
+    assert "timed out" in judge(state("DOWN", "gpufleet:r1: x : reboot timed out"), "gpufleet", "r1", users())["why"]
 
 
 # --- plan ----------------------------------------------------------------------------------------------
 
 
-def node_from(name, ours=False):
-    node = parse_show_node(fixture(name))
-    node["ours"] = ours
-    return node
+def judged(node, rollout="r1"):
+    verdict = judge(node, "gpufleet", rollout, users())
+    return dict(node, hold=verdict["hold"], hold_why=verdict["why"])
 
 
 def test_plan_drain():
     want = "gpufleet:r1: upgrade"
-    assert plan(node_from("show_node_mixed.txt"), "drained", want, owned=False)["action"] == "drain"
-    drained = node_from("show_node_mixed.txt")
-    drained.update(flags=["DRAIN"], drain=True, reason=want)
-    assert plan(drained, "drained", want, owned=True) == {"action": None, "drained_by_others": False, "note": None}
+    assert plan(judged(node_from("show_node_mixed.txt")), "drained", want)["action"] == "drain"
+    assert plan(judged(state("IDLE+DRAIN", want)), "drained", want) == {"action": None, "drained_by_others": False, "note": None}
     # ours, another reason text: the reason is updated
-    assert plan(drained, "drained", "gpufleet:r1: other", owned=True)["action"] == "drain"
-    others = plan(node_from("show_node_idle_drain_others.txt"), "drained", want, owned=False)
+    assert plan(judged(state("IDLE+DRAIN", want)), "drained", "gpufleet:r1: other")["action"] == "drain"
+    others = plan(judged(node_from("show_node_idle_drain_others.txt")), "drained", want)
     assert others["action"] is None and others["drained_by_others"] is True
     assert "hw ticket 123" in others["note"]
-    down = plan(node_from("show_node_down_not_responding.txt"), "drained", want, owned=False)
-    assert down["action"] is None and down["drained_by_others"] is True
+    for name in ("show_node_down_not_responding.txt", "show_node_idle_fail.txt", "show_node_mixed_fail.txt", "show_node_down_admin.txt"):
+        down = plan(judged(node_from(name)), "drained", want)
+        assert down["action"] is None and down["drained_by_others"] is True, name
 
 
 def test_plan_resume():
-    assert plan(node_from("show_node_mixed.txt"), "resumed", "", owned=False)["action"] is None
-    assert plan(node_from("show_node_mixed_drain_ours.txt"), "resumed", "", owned=True)["action"] == "resume"
-    refused = plan(node_from("show_node_idle_drain_others.txt"), "resumed", "", owned=False)
+    assert plan(judged(node_from("show_node_mixed.txt")), "resumed", None)["action"] is None
+    assert plan(judged(node_from("show_node_mixed_drain_ours.txt"), "r-2026"), "resumed", None)["action"] == "resume"
+    refused = plan(judged(node_from("show_node_idle_drain_others.txt")), "resumed", None)
     assert refused["action"] is None and refused["drained_by_others"] is True
     assert "hw ticket 123" in refused["note"] and "not resumed" in refused["note"]
-    forced = plan(node_from("show_node_idle_drain_others.txt"), "resumed", "", owned=False, force=True)
+    forced = plan(judged(node_from("show_node_idle_drain_others.txt")), "resumed", None, force=True)
     assert forced["action"] == "resume" and forced["drained_by_others"] is True
     # our reboot left the node DOWN with our reason: resumed
-    assert plan(node_from("show_node_down_reboot_complete.txt"), "resumed", "", owned=True)["action"] == "resume"
+    assert plan(judged(node_from("show_node_down_reboot_complete.txt"), "r9"), "resumed", None)["action"] == "resume"
+    # FAIL with any reason: not resumed (State=RESUME would clear FAIL)
+    assert plan(judged(node_from("show_node_idle_fail.txt")), "resumed", None)["action"] is None
 
 
 def test_plan_reboot():
     want = "gpufleet:r9: reboot"
-    assert plan(node_from("show_node_mixed.txt"), "rebooted", want, owned=False)["action"] == "reboot"
+    assert plan(judged(node_from("show_node_mixed.txt"), "r9"), "rebooted", want)["action"] == "reboot"
     for name in ("show_node_mixed_drain_reboot_requested.txt", "show_node_down_drain_reboot_issued.txt", "show_node_down_reboot_complete.txt"):
-        assert plan(node_from(name), "rebooted", want, owned=True)["action"] is None, name
-    assert plan(node_from("show_node_idle_drain_others.txt"), "rebooted", want, owned=False)["drained_by_others"] is True
+        assert plan(judged(node_from(name), "r9"), "rebooted", want)["action"] is None, name
+    for name in ("show_node_idle_drain_others.txt", "show_node_idle_fail.txt", "show_node_down_admin.txt"):
+        assert plan(judged(node_from(name), "r9"), "rebooted", want)["drained_by_others"] is True, name
+
+
+def test_plan_reboot_matches_the_reason_exactly_not_as_a_prefix():
+    pending = judged(state("IDLE+DRAIN+REBOOT_REQUESTED", "gpufleet:r1: driver 570"))
+    assert plan(pending, "rebooted", "gpufleet:r1: driver 570")["action"] is None
+    # "gpufleet:r1: driver" is a prefix of the pending reason, not the same reboot
+    assert plan(pending, "rebooted", "gpufleet:r1: driver")["action"] == "reboot"
+    done = judged(state("DOWN", "gpufleet:r1: driver : reboot issued : reboot complete"))
+    assert plan(done, "rebooted", "gpufleet:r1: driver")["action"] is None
+    assert plan(done, "rebooted", "gpufleet:r1: drive")["action"] == "reboot"
