@@ -115,7 +115,7 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import BomError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import write_reports
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import ReportFileError, write_reports
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import RENDERERS, build_report
 
 
@@ -150,7 +150,10 @@ def main():
         module.fail_json(msg=f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.")
 
     outputs = {fmt: (fmt, RENDERERS[fmt](report)) for fmt in params["formats"]}
-    changed, files = write_reports(module, params["dest"], params["basename"], outputs)
+    try:
+        changed, files = write_reports(module, params["dest"], params["basename"], outputs)
+    except ReportFileError as exc:
+        module.fail_json(**exc.fail_kwargs())
     module.exit_json(changed=changed, report=report, files=files)
 
 

@@ -123,7 +123,7 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import write_reports
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import ReportFileError, write_reports
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.validation import EXTENSIONS, RENDERERS, build_report
 
 
@@ -153,7 +153,10 @@ def main():
             module.fail_json(msg="stragglers: an entry lacks {}; pass the output of the gpufleet.lifecycle.stragglers filter".format(", ".join(missing)))
     report = build_report(params["nodes"], params["expected_hosts"], params["stragglers"], title=params["title"], generated_at=params["generated_at"])
     outputs = {fmt: (EXTENSIONS[fmt], RENDERERS[fmt](report)) for fmt in params["formats"]}
-    changed, files = write_reports(module, params["dest"], params["basename"], outputs)
+    try:
+        changed, files = write_reports(module, params["dest"], params["basename"], outputs)
+    except ReportFileError as exc:
+        module.fail_json(**exc.fail_kwargs())
     module.exit_json(changed=changed, report=report, files=files)
 
 

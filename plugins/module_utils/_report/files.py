@@ -23,12 +23,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+# A file name inside dest, never a path: no "/", no "..", no hidden file.
+_BASENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 class ReportFileError(GpufleetError):
@@ -134,6 +139,12 @@ def write_reports(module, dest, basename, outputs):
 
     Creates ``dest`` when missing (not in check mode); ReportFileError when it is not a folder.
     """
+    if not isinstance(basename, str) or not _BASENAME.fullmatch(basename):
+        raise ReportFileError(
+            f"basename {basename!r} is not a plain file name: use letters, digits, '.', '_' and '-' (at most 128, not starting with '.'); "
+            "choose the folder with dest",
+            dest,
+        )
     if os.path.lexists(dest) and not os.path.isdir(dest):
         raise ReportFileError(f"dest {dest} is not a folder: remove it or choose another dest", dest)
     if not module.check_mode and not os.path.isdir(dest):

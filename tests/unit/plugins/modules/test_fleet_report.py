@@ -86,3 +86,22 @@ def test_node_whose_facts_failed_is_reported_with_the_error(tmp_path, run_module
     assert node["status"] == "error" and node["error"].startswith("nvidia-smi -q -x failed")
     markdown = (tmp_path / "reports/fleet-report.md").read_text()
     assert "| gpu-004 | hgx-h100 | error | — | — | — | nvidia-smi -q -x failed with exit status 255: Unknown Error |" in markdown
+
+
+def test_dest_that_is_a_file_fails_cleanly_and_keeps_the_file(tmp_path, run_module):
+    dest = tmp_path / "reports"
+    dest.write_text("not a folder\n")
+    result = run_module(fleet_report.main, args(tmp_path))
+    assert result["failed"] is True
+    assert result["msg"] == f"dest {dest} is not a folder: remove it or choose another dest"
+    assert result["path"] == str(dest)
+    assert dest.read_text() == "not a folder\n"
+
+
+def test_basename_that_is_a_path_is_refused_and_nothing_is_written(tmp_path, run_module):
+    for basename in ("../escape", "sub/report", ".hidden", "report\n", ""):
+        result = run_module(fleet_report.main, args(tmp_path, basename=basename))
+        assert result["failed"] is True, basename
+        assert result["msg"].startswith(f"basename {basename!r} is not a plain file name"), result["msg"]
+    assert not (tmp_path / "reports").exists()
+    assert not (tmp_path / "escape.json").exists()

@@ -100,3 +100,14 @@ def test_junit_suites_cases_failures_and_skips(run_module, tmp_path):
 def test_straggler_entries_must_come_from_the_filter(run_module, tmp_path):
     failed = run(run_module, tmp_path, stragglers=[{"name": "gpu-03"}])
     assert failed["failed"] and "lacks metric, value" in failed["msg"]
+
+
+def test_report_write_failure_is_a_clean_failure(tmp_path, run_module):
+    from ansible_collections.gpufleet.lifecycle.plugins.modules import validation_report
+
+    dest = tmp_path / "out"
+    dest.write_text("a file\n")
+    result = run_module(validation_report.main, {"nodes": [], "dest": str(dest)})
+    assert result["failed"] is True
+    assert result["msg"] == f"dest {dest} is not a folder: remove it or choose another dest"
+    assert dest.read_text() == "a file\n"
