@@ -163,7 +163,7 @@ def advance(state: dict[str, Any], tid: str, t: float | None = None) -> bool:
         ]
         task["done"] += 1
         changed = True
-    if task["done"] == n and (task["duration"] <= 0 or t - task["start"] >= task["duration"]):
+    if task["done"] == n and (n == 0 or task["duration"] <= 0 or t - task["start"] >= task["duration"]):
         for uri, reset_type in resets_needed({w["reset"] for w in task["work"]}):
             task["messages"].append(message(
                 "Base.1.16.0.ResetRequired", f"In order to complete the operation, a component reset is required with "
