@@ -220,10 +220,11 @@ def parse(data: bytes) -> Package:
             raise PldmError(f"PLDM device record {name!r}: RecordLength {length} but {r.pos - start} bytes read")
         parts = name.split(",")
         bit = 0
-        for index in range(bitmap_bits):
-            if applicable >> index & 1:
-                names[index] = (parts[min(bit, len(parts) - 1)], sku)
-                bit += 1
+        while applicable:  # each set bit once (not every bit of the bitmap: that is quadratic in the records)
+            low = applicable & -applicable
+            names[low.bit_length() - 1] = (parts[min(bit, len(parts) - 1)], sku)
+            applicable ^= low
+            bit += 1
 
     comp_count = r.u("H", "ComponentImageCount")
     if comp_count > MAX_COMPONENTS or comp_count > bitmap_bits:
