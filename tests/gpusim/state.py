@@ -28,7 +28,7 @@ REBOOT_REQUEST = "reboot.request"
 DEFAULT_NODE_DIR = "/var/lib/gpusim"
 
 DEFAULT_TIMING = {"reboot": 5.0, "flash": 2.0, "diag": {"1": 1.0, "2": 3.0, "3": 6.0, "4": 10.0},
-                  "burn": 1.0, "nccl": 1.0}
+                  "burn": 1.0, "nccl": 1.0, "bmc_reset": 3.0}
 DEFAULT_PERF = {"nccl_busbw_gbps": None}  # None: derived from the GPU model and NVLink count
 
 DRIVER_MODULES = ("nvidia", "nvidia_modeset", "nvidia_uvm", "nvidia_drm")
