@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 import hmac
 import json
@@ -556,9 +557,11 @@ class BmcService:
             return []
 
     def advance_tasks(self) -> None:
-        """Move this node's running tasks on (called by the server's ticker)."""
+        """Move this node's running tasks on (called by the server's ticker); the state is written only when
+        a task has something to record (a component flashed, the end), not at every tick."""
         for tid in self.running_tasks():
-            st.update(self.node_dir, lambda s, tid=tid: updates.advance(s, tid))
+            if updates.advance(copy.deepcopy(self.state()), tid):
+                st.update(self.node_dir, lambda s, tid=tid: updates.advance(s, tid))
 
 
 class _BadRequest(Exception):

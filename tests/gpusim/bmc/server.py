@@ -3,7 +3,8 @@
 Bounded: a fixed pool of worker threads serves the connections (at most MAX_PENDING wait for one;
 beyond that a connection is closed at once), a TLS handshake and every read have a timeout, request
 lines and headers are limited by http.server (64 KiB a line, 100 headers), bodies by Content-Length
-(no chunked uploads; 1 MiB of JSON, 64 MiB of firmware image), and a connection serves at most
+(no chunked uploads; 1 MiB of JSON, 64 MiB of firmware image, at most UPLOADS images in memory at
+once), and a connection serves at most
 MAX_REQUESTS requests. It only listens on the addresses it is given (the fleet's BMC loopback
 addresses). A BMC that does not answer (bmc_unresponsive fault, or resetting) has its connections
 parked unanswered, as a hung BMC would, and closed after PARK_S seconds; no worker waits on them.
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .redfish import IMAGE_LIMIT, BmcService, Response, error
+from .redfish import IMAGE_LIMIT, JSON_LIMIT, BmcService, Response, error
 
 WORKERS = 16
 MAX_PENDING = 128
@@ -33,6 +34,8 @@ HANDSHAKE_S = 10.0
 IO_TIMEOUT_S = 30.0
 MAX_REQUESTS = 100
 TICK_S = 0.1
+UPLOADS = 2  # firmware images read into memory at once (each up to IMAGE_LIMIT)
+UPLOAD_SLOTS = threading.BoundedSemaphore(UPLOADS)
 
 
 @dataclass
@@ -78,9 +81,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(int(length))
 
     def _serve(self) -> None:
-        body = self._body()
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        response = body if isinstance(body, Response) else self.service.handle(self.command, self.path, headers, body)
+        length = self.headers.get("Content-Length", "0")
+        large = length.isdigit() and JSON_LIMIT < int(length) <= IMAGE_LIMIT
+        # A firmware image is held in memory while it is read and checked: at most UPLOADS at a time.
+        if large and not UPLOAD_SLOTS.acquire(timeout=IO_TIMEOUT_S):
+            self.close_connection = True
+            response = error(503, "Base.1.16.0.ServiceTemporarilyUnavailable",
+                             f"{UPLOADS} firmware uploads are in progress; retry later.", {"Retry-After": "10"})
+        else:
+            try:
+                body = self._body()
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                response = (body if isinstance(body, Response)
+                            else self.service.handle(self.command, self.path, headers, body))
+            finally:
+                if large:
+                    UPLOAD_SLOTS.release()
         self.send_response(response.status)
         self.send_header("OData-Version", "4.0")
         if response.body:

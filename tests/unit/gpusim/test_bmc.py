@@ -305,3 +305,16 @@ def test_unresponsive_fault(bmc):
     assert _unanswered(client)
     state.update(node.dir, lambda s: state.clear_faults(s, "bmc_unresponsive"))
     assert client.get("/redfish/v1/", auth=None)["Vendor"] == "NVIDIA"
+
+
+def test_a_running_task_writes_the_state_only_when_something_happens(bmc, tmp_path):
+    node, client, _lines, _srv = bmc
+    state.update(node.dir, lambda s: s["timing"].update(flash=30.0))
+    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2"})
+    status, _h, doc = client.request("POST", "/redfish/v1/UpdateService", pkg.read_bytes())
+    assert status == 202 and doc["TaskState"] == "Running"
+    time.sleep(0.3)
+    before = (node.dir / "state.json").stat().st_mtime_ns
+    time.sleep(1.0)  # ten ticks of the task ticker, no component done yet
+    assert (node.dir / "state.json").stat().st_mtime_ns == before
+    assert 0 <= client.get(f"/redfish/v1/TaskService/Tasks/{doc['Id']}")["PercentComplete"] < 10
