@@ -179,8 +179,7 @@ def test_update_stages_and_each_reset_activates_its_components(bmc, tmp_path):
 
 def test_same_or_older_needs_force_update(bmc, tmp_path):
     node, client, _lines, _srv = bmc
-    old = artifacts.write_fwpkg(tmp_path / "art", "HGX-22.09-1", components={"HMC": "HGX-22.09-1",
-                                                                           "GPU_SXM": "96.00.A5.00.01"})
+    old = artifacts.write_fwpkg(tmp_path / "art", "HGX-22.09-1", components={"HMC": "HGX-22.09-1", "GPU_SXM": "96.00.A5.00.01"})
     task = _push(client, old)
     assert task["TaskState"] == "Completed"
     skipped = [m for m in task["Messages"] if m["MessageId"] == "NvidiaUpdate.1.0.ComponentUpdateSkipped"]
@@ -201,8 +200,7 @@ def test_same_or_older_needs_force_update(bmc, tmp_path):
 def test_flash_fail_ends_in_exception_with_some_components_done(bmc, tmp_path):
     node, client, _lines, _srv = bmc
     node.fault("flash_fail", percent=50)
-    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2",
-                                                                           "GPU_SXM": "96.00.AF.00.01"})
+    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2", "GPU_SXM": "96.00.AF.00.01"})
     task = _push(client, pkg)
     assert (task["TaskState"], task["TaskStatus"]) == ("Exception", "Critical")
     failed = [m for m in task["Messages"] if m["MessageId"] == "Update.1.0.ApplyFailed"]
@@ -213,8 +211,7 @@ def test_flash_fail_ends_in_exception_with_some_components_done(bmc, tmp_path):
 
 def test_targets_limit_an_update(bmc, tmp_path):
     _node, client, _lines, _srv = bmc
-    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2",
-                                                                           "GPU_SXM": "96.00.AF.00.01"})
+    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2", "GPU_SXM": "96.00.AF.00.01"})
     status, _h, doc = client.request("PATCH", "/redfish/v1/UpdateService", {"HttpPushUriTargets": [f"{INV}/NOPE"]})
     assert status == 400 and "NOPE" in doc["error"]["message"]
     assert client.request("PATCH", "/redfish/v1/UpdateService", {"HttpPushUriTargets": [f"{INV}/HGX_FW_GPU_SXM_2"]})[0] == 204
@@ -227,13 +224,14 @@ def test_multipart_update(bmc, tmp_path):
     pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"GPU_SXM": "96.00.AF.00.01"})
     boundary = "gpusimBoundary0123"
     params = json.dumps({"Targets": [f"{INV}/HGX_FW_GPU_SXM_1"]}).encode()
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"UpdateParameters\"\r\nContent-Type: application/json"
-            f"\r\n\r\n").encode() + params + (f"\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"UpdateFile\"; "
-            f"filename=\"{pkg.name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + pkg.read_bytes() + \
-        f"\r\n--{boundary}--\r\n".encode()
+    head1 = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"UpdateParameters\"\r\n"
+             "Content-Type: application/json\r\n\r\n")
+    head2 = (f"\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"UpdateFile\"; filename=\"{pkg.name}\"\r\n"
+             "Content-Type: application/octet-stream\r\n\r\n")
+    body = head1.encode() + params + head2.encode() + pkg.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
     assert client.get("/redfish/v1/UpdateService")["MultipartHttpPushUri"] == "/redfish/v1/UpdateService/update-multipart"
-    status, _headers, doc = client.request("POST", "/redfish/v1/UpdateService/update-multipart", body,
-                                          headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    multipart = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    status, _headers, doc = client.request("POST", "/redfish/v1/UpdateService/update-multipart", body, headers=multipart)
     assert status == 202, doc
     task = _wait_task(client, doc["Id"])
     assert any(m["MessageArgs"] == ["HGX_FW_GPU_SXM_1", pkg.name] for m in task["Messages"])

@@ -54,8 +54,7 @@ def _parser():
 def test_show_version_table_and_json_agree_with_the_node(bmc, tmp_path):
     node, nvfwupd = bmc
     parse = _parser()
-    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2",
-                                                                           "GPU_SXM": "96.00.AF.00.01"})
+    pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2", "GPU_SXM": "96.00.AF.00.01"})
     done = nvfwupd("show_version", "-p", str(pkg), "-j")
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
