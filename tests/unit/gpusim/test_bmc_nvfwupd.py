@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from gpusim import artifacts, opennvfwupd, state
@@ -87,6 +88,9 @@ def test_update_fw_then_force_update_for_a_downgrade(bmc, tmp_path):
     assert "ForceUpdate is set to False" in status.stdout, status.stdout
     assert "successfully set True" in nvfwupd("force_update", "enable").stdout
     assert nvfwupd("update_fw", "-p", str(old), "-y", "-b").returncode == 0
+    deadline = time.monotonic() + 10  # -b returns once the task is created; it flashes for timing.flash
+    while node.state["gpus"][0]["staged_vbios"] is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert node.state["gpus"][0]["staged_vbios"] == "96.00.A5.00.01"
 
 
