@@ -42,7 +42,7 @@ DEFAULT_BMC_RESET_S = 3.0
 SYSTEM_RESET_TYPES = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle"]
 MANAGER_RESET_TYPES = ["GracefulRestart", "ForceRestart"]
 CHASSIS_RESET_TYPES = ["PowerCycle"]
-PUBLIC = {"/redfish", SERVICE_ROOT, f"{SERVICE_ROOT}/odata", f"{SERVICE_ROOT}/$metadata"}
+PUBLIC = {"/redfish", SERVICE_ROOT}
 POWER_STATE = {"up": "On", "rebooting": "PoweringOn", "down": "Off"}
 
 
@@ -419,15 +419,18 @@ class BmcService:
                         return error(400, "Base.1.16.0.PropertyValueTypeError",
                                      f"The value {value['ForceUpdate']!r} for HttpPushUriOptions/ForceUpdate is not a boolean.")
                     changes["force_update"] = value["ForceUpdate"]
+            elif key == "HttpPushUriTargetsBusy" and isinstance(value, bool):
+                pass  # a client's lock flag on the targets; nothing else shares this BMC's targets
             elif key == "HttpPushUriTargets" and isinstance(value, list) and all(isinstance(v, str) for v in value):
-                known = {r["id"] for r in firmware.inventory(self.state()) if r["updateable"]}
+                known = {r["id"] for r in firmware.inventory(self.state()) if r["updateable"]} | {"HGX_Chassis_0"}
                 bad = [v for v in value if v.rstrip("/").rsplit("/", 1)[-1] not in known]
                 if bad:
                     return error(400, "Base.1.16.0.PropertyValueNotInList",
                                  f"The value {bad[0]!r} for HttpPushUriTargets is not an updatable firmware inventory URI.")
                 changes["push_targets"] = list(value)
             else:
-                return error(400, "Base.1.16.0.PropertyUnknown" if key not in ("HttpPushUriOptions", "HttpPushUriTargets")
+                return error(400, "Base.1.16.0.PropertyUnknown" if key not in ("HttpPushUriOptions", "HttpPushUriTargets",
+                                                                             "HttpPushUriTargetsBusy")
                              else "Base.1.16.0.PropertyValueTypeError",
                              f"The property {key} with value {json.dumps(value)[:80]} cannot be set on UpdateService.")
         st.update(self.node_dir, lambda s: s["gpu_firmware"].update(changes))
@@ -525,6 +528,9 @@ class BmcService:
         targets = params.get("Targets")
         if targets is not None and (not isinstance(targets, list) or not all(isinstance(t, str) for t in targets)):
             return error(400, "Base.1.16.0.PropertyValueTypeError", "UpdateParameters Targets must be a list of URIs.")
+        force_param = params.get("ForceUpdate")  # NVIDIA's UpdateParameters option: this update only
+        if force_param is not None and not isinstance(force_param, bool):
+            return error(400, "Base.1.16.0.PropertyValueTypeError", "UpdateParameters ForceUpdate must be a boolean.")
         uri = f"{SERVICE_ROOT}/UpdateService/update-multipart" if multipart else f"{SERVICE_ROOT}/UpdateService"
 
         def start(s: dict[str, Any]) -> dict[str, Any] | updates.UpdateError:
@@ -532,8 +538,9 @@ class BmcService:
                 return updates.UpdateError(503, "Base.1.16.0.ServiceTemporarilyUnavailable",
                                            "A firmware update is already in progress; retry when its task has ended.")
             try:
-                work, skipped = updates.plan(s, package, image_name, targets or s["gpu_firmware"].get("push_targets"),
-                                             bool(s["gpu_firmware"].get("force_update")))
+                force = bool(s["gpu_firmware"].get("force_update")) if force_param is None else force_param
+                work, skipped = updates.plan(s, package, image_name, targets if multipart else
+                                             s["gpu_firmware"].get("push_targets"), force)
             except updates.UpdateError as exc:
                 return exc
             task = updates.create(s, package, image_name, work, skipped, uri)

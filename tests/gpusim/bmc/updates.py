@@ -62,8 +62,10 @@ def plan(state: dict[str, Any], package: pldm.Package, image_name: str, targets:
     A component applies to inventory entries of the same record name (and, for GPUs, the same SKU);
     one at the version already there (or staged), or older, is skipped unless force (ForceUpdate)."""
     rows = [r for r in firmware.inventory(state) if r["updateable"]]
-    if targets:
-        wanted = {t.rstrip("/").rsplit("/", 1)[-1] for t in targets}
+    wanted = {t.rstrip("/").rsplit("/", 1)[-1] for t in targets or []}
+    if firmware.is_hgx(state) and "HGX_Chassis_0" in wanted:
+        wanted = set()  # the baseboard as a whole (NVIDIA's "Targets": ["/redfish/v1/Chassis/HGX_Chassis_0"])
+    if wanted:
         unknown = sorted(wanted - {r["id"] for r in rows})
         if unknown:
             raise UpdateError(400, "Base.1.16.0.PropertyValueNotInList",

@@ -236,6 +236,16 @@ def test_multipart_update(bmc, tmp_path):
     task = _wait_task(client, doc["Id"])
     assert any(m["MessageArgs"] == ["HGX_FW_GPU_SXM_1", pkg.name] for m in task["Messages"])
     assert node.state["gpus"][0]["staged_vbios"] == "96.00.AF.00.01" and node.state["gpus"][1]["staged_vbios"] is None
+    # NVIDIA's UpdateParameters: the baseboard as the target, ForceUpdate for this update only
+    old = artifacts.write_fwpkg(tmp_path / "old", "HGX-22.09-1", components={"GPU_SXM": "96.00.99.00.01"})
+    params = json.dumps({"Targets": ["/redfish/v1/Chassis/HGX_Chassis_0"], "ForceUpdate": True}).encode()
+    head2 = head2.replace(pkg.name, old.name)
+    body = head1.encode() + params + head2.encode() + old.read_bytes() + f"\r\n--{boundary}--\r\n".encode()
+    status, _headers, doc = client.request("POST", "/redfish/v1/UpdateService/update-multipart", body, headers=multipart)
+    assert status == 202, doc
+    _wait_task(client, doc["Id"])
+    assert {g["staged_vbios"] for g in node.state["gpus"]} == {"96.00.99.00.01"}
+    assert client.get("/redfish/v1/UpdateService")["HttpPushUriOptions"] == {"ForceUpdate": False}
 
 
 def test_bad_requests_are_refused_with_the_reason(bmc, tmp_path):
