@@ -326,3 +326,26 @@ def test_a_running_task_writes_the_state_only_when_something_happens(bmc, tmp_pa
     time.sleep(1.0)  # ten ticks of the task ticker, no component done yet
     assert (node.dir / "state.json").stat().st_mtime_ns == before
     assert 0 <= client.get(f"/redfish/v1/TaskService/Tasks/{doc['Id']}")["PercentComplete"] < 10
+
+
+def test_a_pcie_node_lists_its_gpus_and_takes_no_hgx_package(tmp_path):
+    node = node_factory(tmp_path)(gpu_model="NVIDIA L40S", gpu_count=4, nvswitch=False, fabricmanager=None)
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.make_self_signed(certfile, keyfile, ["127.0.0.1"], [], "test")
+    srv = server.Server([server.Endpoint("l40s", node.dir, "127.0.0.1", 0)], USER, PASSWORD, certfile, keyfile, workers=2)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = Client(*srv.bound["l40s"])
+        items = [client.get(m["@odata.id"]) for m in client.get(INV)["Members"]]
+        expected = [(f"GPU_{n}", "95.02.66.00.02", False) for n in range(4)]
+        assert [(i["Id"], i["Version"], i["Updateable"]) for i in items] == expected
+        assert [m["@odata.id"].rsplit("/", 1)[1] for m in client.get("/redfish/v1/Managers")["Members"]] == ["BMC_0"]
+        assert client.request("POST", "/redfish/v1/Chassis/HGX_Chassis_0/Actions/Chassis.Reset",
+                              {"ResetType": "PowerCycle"})[0] == 404
+        pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2"})
+        status, _h, doc = client.request("POST", "/redfish/v1/UpdateService", pkg.read_bytes())
+        assert status == 400 and "this system's: none" in doc["error"]["message"]
+    finally:
+        srv.stop()
+        thread.join(5)
