@@ -121,7 +121,10 @@ def _inventory(fleet: spec_mod.Fleet, workdir: Path, bmc_password: str) -> Path:
         }
     }
     header = f"# Simulated fleet {fleet.name} from {fleet.source} (written by gpusim up; removed by gpusim down)\n"
-    (inventory / "hosts.yml").write_text(header + yaml.safe_dump(hosts_yml, sort_keys=False))
+    # Mode 0600: it holds the BMCs' password (like the fleet's SSH key beside it).
+    fd = os.open(inventory / "hosts.yml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(header + yaml.safe_dump(hosts_yml, sort_keys=False))
     for sku_name, sku in fleet.skus.items():
         if not any(p.spec["sku"] == sku_name for p in fleet.nodes):
             continue

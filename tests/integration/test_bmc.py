@@ -119,7 +119,8 @@ def test_every_node_has_a_bmc_on_its_management_address(fleet):
     assert [(h["address"], h["bmc_address"]) for h in hosts] == [("127.0.60.1", "127.0.160.1"), ("127.0.60.2", "127.0.160.2")]
     inventory = (fleet.workdir / "inventory" / "hosts.yml").read_text()
     assert "bmc_address: 127.0.160.1" in inventory and f"bmc_password: {fleet.password}" in inventory
-    assert oct((fleet.workdir / "bmc" / "credentials.json").stat().st_mode & 0o777) == "0o600"
+    for secret in (fleet.workdir / "bmc" / "credentials.json", fleet.workdir / "inventory" / "hosts.yml"):
+        assert oct(secret.stat().st_mode & 0o777) == "0o600", secret
     for name in NODES:
         status, root = fleet.redfish(name, "GET", "/redfish/v1/")
         assert status == 200 and root["Vendor"] == "NVIDIA"
