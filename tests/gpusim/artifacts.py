@@ -1,4 +1,4 @@
-"""Files the simulated fleet consumes: driver .run files, nvfwupd .fwpkg packages, NIC images.
+"""Files the simulated fleet consumes: driver .run files, PLDM .fwpkg firmware packages, NIC images.
 
 Each is small, deterministic for its arguments, and has a real sha256 of its bytes (the playbooks
 verify it before use)."""
@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+from . import firmware, pldm
 
 RUNFILE = """#!/bin/sh
 # NVIDIA-Linux-x86_64-{version}.run -- simulated NVIDIA driver installer (gpusim).
@@ -64,15 +66,30 @@ def write_driver_runfile(dir: Path | str, version: str, *, fail: str | None = No
 
 
 def write_fwpkg(dir: Path | str, version: str, *, components: dict[str, str] | None = None,
-                system: str = "HGX", package: str | None = None) -> Path:
-    """nvfw_<system>_<version>_prod-signed.fwpkg; components maps AP name or family (HGX_FW_GPU) to version."""
+                gpu_models: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",), package: str | None = None) -> Path:
+    """nvfw_<package>-signed.fwpkg: a real PLDM package (DSP0267 1.0) that NVIDIA's nvfwupd parses.
+
+    version is the PackageVersionString (the HGX bundle, e.g. HGX-24.04-2); components maps PLDM record
+    names (gpusim.firmware.RECORDS: HMC, GPU_SXM, NVSwitch, ERoT, PCIeSwitch, FPGA, CPLD) to versions
+    (default: the HMC at `version`). A GPU_SXM version goes in once per GPU model of gpu_models, with that
+    model's SKU, so that it applies to those GPUs only. The sha256 of the file: sha256_file(path)."""
     d = Path(dir)
     d.mkdir(parents=True, exist_ok=True)
-    package = package or f"{system}_{version}_prod"
-    path = d / f"nvfw_{package}-signed.fwpkg"
-    header = {"format": "gpusim-fwpkg", "package": package, "version": version, "system": system,
-              "components": components or {"HGX_FW_BMC_0": version, "HGX_FW_GPU": "96.00.AF.00.01"}}
-    path.write_bytes(json.dumps(header, sort_keys=True).encode() + b"\n" + _payload(f"fwpkg/{package}").encode())
+    wanted = dict(components) if components is not None else {"HMC": version}
+    comps = []
+    for record, comp_version in wanted.items():
+        if record not in firmware.COMPONENT_IDS:
+            raise ValueError(f"gpusim: unknown firmware component {record!r}; known: {', '.join(firmware.RECORDS)}")
+        if record == firmware.GPU_RECORD:
+            reset, skus = firmware.GPU_RESET, [firmware.gpu_sku(m) for m in gpu_models]
+        else:
+            reset = next((r for rec, r, _v in firmware.HGX_COMPONENTS.values() if rec == record), firmware.NVSWITCH[1])
+            skus = [None]
+        for n, sku in enumerate(skus):
+            comps.append(pldm.Component(name=record, version=comp_version, identifier=firmware.COMPONENT_IDS[record] + n,
+                                        activation=firmware.PLDM_ACTIVATION[reset], sku=sku))
+    path = d / f"nvfw_{package or version + '_prod'}-signed.fwpkg"
+    path.write_bytes(pldm.build(pldm.Package(version=version, components=comps)))
     return path
 
 

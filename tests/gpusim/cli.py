@@ -20,7 +20,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         _print(json.dumps(rows, indent=1))
         return 0
-    columns = ("name", "address", "sku", "power", "boot_id", "driver", "slurm")
+    columns = ("name", "address", "bmc_address", "sku", "power", "boot_id", "driver", "slurm")
     table = [columns] + [tuple("-" if row[c] is None else str(row[c]) for c in columns) for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:

@@ -7,6 +7,8 @@ Workdir layout (default .gpusim/ in the repo root):
   ansible.cfg               settings for running Ansible against the fleet by hand
   nodes/<name>/             NODE_DIR of each node (state.json, boot_id, bin/, sbin/, ssh/, log/...)
   slurm/, munge/            slurmctld and munged
+  bmc/                      the BMCs' certificate (cert.pem, key.pem), credentials.json (mode 0600),
+                            bmc.pid and bmc.log of the BMC process (python -m gpusim.bmc)
   supervisor.pid, supervisor.log
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -35,6 +38,8 @@ REPO = TESTS_DIR.parent
 DEFAULT_WORKDIR = REPO / ".gpusim"
 FLEET_FILE = "fleet.json"
 SUPERVISOR_PID = "supervisor.pid"
+BMC_DIR = "bmc"
+BMC_PID = "bmc.pid"
 BOOT_WORKERS = 16
 
 
@@ -75,6 +80,7 @@ def python_interpreter() -> str:
 def _check_free(fleet: spec_mod.Fleet) -> None:
     """Fail early, with the address, when a port the fleet needs is taken."""
     wanted = [(plan.address, fleet.ssh_port, f"sshd of {plan.name}") for plan in fleet.nodes]
+    wanted += [(plan.bmc_address, fleet.bmc_port, f"BMC of {plan.name}") for plan in fleet.nodes]
     wanted.append(("127.0.0.1", fleet.slurm_port, "slurmctld"))
     wanted += [("0.0.0.0", fleet.slurmd_port(i), f"slurmd of {plan.name}") for i, plan in enumerate(fleet.nodes)]  # noqa: S104
     for address, port, what in wanted:
@@ -85,17 +91,17 @@ def _check_free(fleet: spec_mod.Fleet) -> None:
             except OSError as exc:
                 raise FleetError(
                     f"{address}:{port} (for the {what}) is taken: {exc.strerror}; another fleet or service uses it. "
-                    "Take it down, or set fleet.loopback / fleet.ssh_port / fleet.slurm_port in the spec"
+                    "Take it down, or set fleet.loopback / fleet.bmc_loopback / fleet.ssh_port / fleet.slurm_port in the spec"
                 ) from None
 
 
-def _inventory(fleet: spec_mod.Fleet, workdir: Path) -> Path:
+def _inventory(fleet: spec_mod.Fleet, workdir: Path, bmc_password: str) -> Path:
     inventory = workdir / "inventory"
     (inventory / "group_vars").mkdir(parents=True, exist_ok=True)
     groups: dict[str, Any] = {}
     for plan in fleet.nodes:
         hosts = groups.setdefault(plan.spec["sku"], {"hosts": {}})["hosts"]
-        hosts[plan.name] = {"ansible_host": plan.address, "ansible_port": fleet.ssh_port}
+        hosts[plan.name] = {"ansible_host": plan.address, "ansible_port": fleet.ssh_port, "bmc_address": plan.bmc_address}
     hosts_yml = {
         "all": {
             "vars": {
@@ -105,13 +111,20 @@ def _inventory(fleet: spec_mod.Fleet, workdir: Path) -> Path:
                 "ansible_python_interpreter": python_interpreter(),
                 "gpusim_fleet": fleet.name,
                 "gpusim_workdir": str(workdir),
+                # The BMCs' one account (Redfish over HTTPS on bmc_address:bmc_port, a self-signed certificate).
+                "bmc_user": fleet.bmc_user,
+                "bmc_password": bmc_password,
+                "bmc_port": fleet.bmc_port,
             },
             # Every SKU group sits under gpu_nodes, the group the playbooks target by default.
             "children": {"gpu_nodes": {"children": groups}},
         }
     }
     header = f"# Simulated fleet {fleet.name} from {fleet.source} (written by gpusim up; removed by gpusim down)\n"
-    (inventory / "hosts.yml").write_text(header + yaml.safe_dump(hosts_yml, sort_keys=False))
+    # Mode 0600: it holds the BMCs' password (like the fleet's SSH key beside it).
+    fd = os.open(inventory / "hosts.yml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(header + yaml.safe_dump(hosts_yml, sort_keys=False))
     for sku_name, sku in fleet.skus.items():
         if not any(p.spec["sku"] == sku_name for p in fleet.nodes):
             continue
@@ -143,7 +156,8 @@ def _prepare_node(workdir: Path, fleet: spec_mod.Fleet, index: int, binds: dict[
     (nd / "ssh" / "sshd_config").write_text(node.sshd_config(
         name=plan.name, address=plan.address, port=fleet.ssh_port, node_dir=nd,
         authorized_keys=workdir / "ssh" / "authorized_keys", slurm_conf=slurm_conf))
-    record = {"name": plan.name, "index": index, "address": plan.address, "sku": plan.spec["sku"], "node_dir": str(nd),
+    record = {"name": plan.name, "index": index, "address": plan.address, "bmc_address": plan.bmc_address,
+              "sku": plan.spec["sku"], "node_dir": str(nd),
               "slurmd_port": fleet.slurmd_port(index), "timing": plan.spec["timing"], "jobs": plan.spec["jobs"]}
     for rebooted in (False, True):
         script = node.boot_script(name=plan.name, node_dir=nd, slurm_conf=slurm_conf, binds=binds,
@@ -179,8 +193,8 @@ def up(spec_path: str | Path, workdir: Path = DEFAULT_WORKDIR, *, log=print) -> 
     shutil.copyfile(key.with_suffix(".pub"), ssh / "authorized_keys")
 
     record: dict[str, Any] = {"name": fleet.name, "spec": str(Path(spec_path).resolve()), "workdir": str(workdir),
-                              "ssh_port": fleet.ssh_port, "slurm_port": fleet.slurm_port, "created_node_mount": False,
-                              "nodes": []}
+                              "ssh_port": fleet.ssh_port, "slurm_port": fleet.slurm_port, "bmc_port": fleet.bmc_port,
+                              "created_node_mount": False, "nodes": []}
     if not os.path.isdir(node.NODE_MOUNT):
         os.makedirs(node.NODE_MOUNT)
         record["created_node_mount"] = True
@@ -191,9 +205,11 @@ def up(spec_path: str | Path, workdir: Path = DEFAULT_WORKDIR, *, log=print) -> 
     binds = node.bind_targets()
     with ThreadPoolExecutor(BOOT_WORKERS) as pool:
         record["nodes"] = list(pool.map(lambda i: _prepare_node(workdir, fleet, i, binds, paths.conf), range(len(fleet.nodes))))
-    record["inventory"] = str(_inventory(fleet, workdir))
+    password = _bmc_credentials(fleet, workdir)
+    record["inventory"] = str(_inventory(fleet, workdir, password))
     record["binds"] = binds
     (workdir / FLEET_FILE).write_text(json.dumps(record, indent=1))
+    start_bmcs(workdir)
     prepared = time.monotonic()
 
     slurm.start_controller(workdir)
@@ -212,20 +228,50 @@ def up(spec_path: str | Path, workdir: Path = DEFAULT_WORKDIR, *, log=print) -> 
     return record
 
 
-def start_supervisor(workdir: Path, timeout: float = 15.0) -> int:
+def _bmc_credentials(fleet: spec_mod.Fleet, workdir: Path) -> str:
+    """Make the BMCs' certificate and account (a random password); return the password."""
+    from gpusim.bmc import cert
+
+    bmc = workdir / BMC_DIR
+    bmc.mkdir(exist_ok=True)
+    password = secrets.token_urlsafe(12)
+    fd = os.open(bmc / "credentials.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"user": fleet.bmc_user, "password": password}, fh)
+    cert.make_self_signed(bmc / "cert.pem", bmc / "key.pem", [p.bmc_address for p in fleet.nodes],
+                          [f"{p.name}-bmc" for p in fleet.nodes], f"gpusim BMCs of {fleet.name}")
+    return password
+
+
+def bmc_credentials(workdir: Path) -> dict[str, str]:
+    """{"user", "password"} of the fleet's BMCs."""
+    return json.loads((Path(workdir) / BMC_DIR / "credentials.json").read_text())
+
+
+def _start_daemon(workdir: Path, module: str, pid_file: Path, log_file: Path, timeout: float) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(TESTS_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with open(workdir / "supervisor.log", "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpusim.supervisor", "--workdir", str(workdir)],
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", module, "--workdir", str(workdir)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=env, cwd="/")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if slurm.pid_from(workdir / SUPERVISOR_PID) == proc.pid:
+        if slurm.pid_from(pid_file) == proc.pid:
             return proc.pid
         if proc.poll() is not None:
-            raise FleetError(f"gpusim supervisor exited with {proc.returncode}; see {workdir / 'supervisor.log'}")
+            raise FleetError(f"{module} exited with {proc.returncode}; see {log_file}")
         time.sleep(0.05)
-    raise FleetError("gpusim supervisor did not start")
+    raise FleetError(f"{module} did not start within {timeout:g}s; see {log_file}")
+
+
+def start_supervisor(workdir: Path, timeout: float = 15.0) -> int:
+    return _start_daemon(workdir, "gpusim.supervisor", workdir / SUPERVISOR_PID, workdir / "supervisor.log", timeout)
+
+
+def start_bmcs(workdir: Path, timeout: float = 15.0) -> int:
+    """Start the process serving every BMC of the fleet; return once it listens on every BMC address."""
+    bmc = workdir / BMC_DIR
+    return _start_daemon(workdir, "gpusim.bmc", bmc / BMC_PID, bmc / "bmc.log", timeout)
 
 
 # --- down ----------------------------------------------------------------------------------
@@ -272,7 +318,10 @@ def down(workdir: Path = DEFAULT_WORKDIR, *, log=print) -> None:
     except (FleetError, json.JSONDecodeError):
         record = {"nodes": [], "created_node_mount": False}
     pid = slurm.pid_from(workdir / SUPERVISOR_PID)
-    if pid is not None and _is_supervisor(pid, workdir):
+    if pid is not None and _is_ours(pid, workdir, b"gpusim.supervisor"):
+        _stop_pid(pid)
+    pid = slurm.pid_from(workdir / BMC_DIR / BMC_PID)
+    if pid is not None and _is_ours(pid, workdir, b"gpusim.bmc"):
         _stop_pid(pid)
     node_dirs = sorted(p for p in (workdir / "nodes").glob("*") if p.is_dir()) if (workdir / "nodes").exists() else []
     # One pass kills every node (SIGKILL); repeat until no process of any node is left.
@@ -299,13 +348,14 @@ def down(workdir: Path = DEFAULT_WORKDIR, *, log=print) -> None:
     log(f"gpusim: fleet down in {time.monotonic() - started:.1f}s; {workdir} removed")
 
 
-def _is_supervisor(pid: int, workdir: Path) -> bool:
+def _is_ours(pid: int, workdir: Path, module: bytes) -> bool:
+    """Whether pid is `python -m MODULE --workdir WORKDIR` (a pid file can outlive its process)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             args = fh.read().split(b"\0")
     except FileNotFoundError:
         return False
-    return b"gpusim.supervisor" in args and str(workdir).encode() in args
+    return module in args and str(workdir).encode() in args
 
 
 # --- status and faults ---------------------------------------------------------------------
@@ -328,7 +378,8 @@ def status(workdir: Path = DEFAULT_WORKDIR) -> list[dict[str, Any]]:
             boot_id = st["boot_id"]
         except (FileNotFoundError, KeyError, ValueError):
             driver, boot_id = None, None
-        rows.append({"name": r["name"], "address": r["address"], "sku": r["sku"], "power": power, "boot_id": boot_id,
+        rows.append({"name": r["name"], "address": r["address"], "bmc_address": r.get("bmc_address"), "sku": r["sku"],
+                     "power": power, "boot_id": boot_id,
                      "driver": driver, "slurm": slurm_states.get(r["name"])})
     return rows
 

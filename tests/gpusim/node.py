@@ -24,9 +24,6 @@ NODE_MOUNT = "/var/lib/gpusim"
 REBOOT_PATHS = ("/sbin/shutdown", "/usr/sbin/shutdown", "/sbin/reboot", "/usr/sbin/reboot", "/sbin/poweroff",
                 "/usr/sbin/poweroff", "/sbin/halt", "/usr/sbin/halt", "/bin/systemctl", "/usr/bin/systemctl")
 SBIN_TOOLS = {"shutdown", "reboot", "poweroff", "halt", "modprobe", "rmmod", "lsmod", "insmod", "nv-fabricmanager"}
-FALLBACK_TOOLS = ("nvidia-smi", "nv-fabricmanager", "systemctl", "shutdown", "reboot", "dcgmi", "all_reduce_perf",
-                  "gpu_burn", "nvfwupd", "mlxfwmanager", "mlxfwreset", "flint", "mstflint", "modprobe", "rmmod",
-                  "lsmod", "nvidia-uninstall", "dmesg", "gpusim-run-installer")
 # When systemctl is called by one of these names (a link to it, or a bind mount over the link's
 # target) it acts as that command.
 SYSTEMCTL_ALIASES = ("shutdown", "reboot", "poweroff", "halt")
@@ -34,10 +31,8 @@ POWER_FILE = "power"  # up | rebooting | down
 
 
 def tool_names() -> tuple[str, ...]:
-    try:
-        from gpusim.tools import TOOL_NAMES
-    except ImportError:  # SIM-TOOLS' package not importable: the contract's list
-        return FALLBACK_TOOLS
+    from gpusim.tools import TOOL_NAMES
+
     return tuple(TOOL_NAMES)
 
 

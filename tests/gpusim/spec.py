@@ -16,14 +16,18 @@ from typing import Any
 
 import yaml
 
-DEFAULT_TIMING: dict[str, Any] = {"reboot": 5.0, "flash": 3.0, "diag": {1: 2.0, 2: 5.0, 3: 10.0}, "burn": 5.0, "nccl": 2.0}
+DEFAULT_TIMING: dict[str, Any] = {"reboot": 5.0, "flash": 3.0, "diag": {1: 2.0, 2: 5.0, 3: 10.0}, "burn": 5.0, "nccl": 2.0,
+                                 "bmc_reset": 3.0}
 DEFAULT_KERNEL = "6.1.0-18-amd64"
 DEFAULT_SSH_PORT = 22
 DEFAULT_LOOPBACK = 10
 DEFAULT_SLURM_PORT = 16817
+DEFAULT_BMC_PORT = 443
+DEFAULT_BMC_USER = "admin"
+BMC_LOOPBACK_OFFSET = 100  # default fleet.bmc_loopback: fleet.loopback + this
 MAX_NODES_PER_OCTET = 250
 
-_FLEET_KEYS = {"name", "ssh_port", "loopback", "slurm_port", "partition"}
+_FLEET_KEYS = {"name", "ssh_port", "loopback", "slurm_port", "partition", "bmc_loopback", "bmc_port", "bmc_user"}
 _SKU_KEYS = {"gpu_model", "gpu_count", "nvswitch", "nics", "bom", "cpus", "memory_mb", "perf", "kernel", "vbios", "gpu_firmware"}
 _NIC_KEYS = {"type", "psid", "part_number", "fw", "count"}
 _GROUP_KEYS = {
@@ -33,9 +37,12 @@ _GROUP_KEYS = {
 _TOP_KEYS = {"fleet", "timing", "skus", "nodes", "defaults"}
 _DEFAULTS_KEYS = {"kernel", "kernel_module", "driver"}
 
-_HOSTNAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# Always used with fullmatch: `$` would let a trailing newline through.
+_HOSTNAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
+_FW_BUNDLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_BMC_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _KERNEL_MODULES = ("open", "proprietary")
 
 
@@ -51,6 +58,7 @@ class NodePlan:
     address: str
     cpus: int
     memory_mb: int
+    bmc_address: str = ""
 
     @property
     def name(self) -> str:
@@ -66,6 +74,8 @@ class Fleet:
     skus: dict[str, dict[str, Any]]
     nodes: list[NodePlan] = field(default_factory=list)
     source: str = ""
+    bmc_port: int = DEFAULT_BMC_PORT
+    bmc_user: str = DEFAULT_BMC_USER
 
     def node(self, name: str) -> NodePlan:
         for plan in self.nodes:
@@ -118,7 +128,7 @@ def _version(value: Any, where: str, *, optional: bool = True) -> str | None:
     if value is None and optional:
         return None
     text = str(value)
-    if not _VERSION.match(text):
+    if not _VERSION.fullmatch(text):
         raise _fail(where, f"must be a version like 550.90.07, got {value!r}")
     return text
 
@@ -179,26 +189,34 @@ def _faults(value: Any, where: str, known: set[str] | None) -> list[dict[str, An
     return faults
 
 
-def _known_faults() -> set[str] | None:
-    try:
-        from gpusim import state
-    except ImportError:  # SIM-TOOLS' state module not there yet: do not check fault names
-        return None
-    kinds = getattr(state, "FAULT_KINDS", None)
-    return set(kinds) if kinds else None
+def _known_faults() -> set[str]:
+    from gpusim import state
+
+    return set(state.FAULT_KINDS)
 
 
-def _known_models() -> set[str] | None:
-    try:
-        from gpusim import catalog
-    except ImportError:
-        return None
+def _known_models() -> set[str]:
+    from gpusim import catalog
+
     return set(catalog.GPU_MODELS)
+
+
+def _gpu_firmware(value: Any, where: str) -> str | None:
+    """The HGX firmware bundle (the HMC's version): a name like HGX-22.10-1, or {version: NAME}."""
+    if isinstance(value, dict):
+        _check_keys(value, {"version"}, where)
+        value = value.get("version")
+        where = f"{where}.version"
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _FW_BUNDLE.fullmatch(value):
+        raise _fail(where, f"must be a firmware bundle name like HGX-22.10-1, got {value!r}")
+    return value
 
 
 def _sku(name: Any, value: Any, models: set[str] | None) -> dict[str, Any]:
     where = f"skus.{name}"
-    if not isinstance(name, str) or not _GROUP_NAME.match(name):
+    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
         raise _fail(where, "SKU names become Ansible group names: letters, digits and _ only, not starting with a digit")
     _check_keys(_mapping(value, where), _SKU_KEYS, where)
     for key in ("gpu_model", "gpu_count"):
@@ -220,7 +238,7 @@ def _sku(name: Any, value: Any, models: set[str] | None) -> dict[str, Any]:
         "perf": dict(_mapping(value.get("perf", {}), f"{where}.perf")),
         "kernel": value.get("kernel"),
         "vbios": value.get("vbios"),
-        "gpu_firmware": value.get("gpu_firmware"),
+        "gpu_firmware": _gpu_firmware(value.get("gpu_firmware"), f"{where}.gpu_firmware"),
     }
 
 
@@ -243,7 +261,7 @@ def _names(group: dict, where: str) -> list[str]:
     else:
         raise _fail(where, "needs names: [...] or count: N with prefix")
     for i, name in enumerate(result):
-        if not _HOSTNAME.match(name):
+        if not _HOSTNAME.fullmatch(name):
             raise _fail(f"{where}.names[{i}]", f"{name!r} is not a valid host name (lower-case letters, digits, -)")
     return result
 
@@ -259,12 +277,20 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
     fleet_in = _mapping(top["fleet"], "fleet")
     _check_keys(fleet_in, _FLEET_KEYS, "fleet")
     name = _str(fleet_in.get("name"), "fleet.name")
-    if not _HOSTNAME.match(name):
+    if not _HOSTNAME.fullmatch(name):
         raise _fail("fleet.name", f"{name!r}: use lower-case letters, digits and -")
     ssh_port = _int(fleet_in.get("ssh_port", DEFAULT_SSH_PORT), "fleet.ssh_port", low=1, high=65535)
     loopback = _int(fleet_in.get("loopback", DEFAULT_LOOPBACK), "fleet.loopback", low=1, high=254)
     slurm_port = _int(fleet_in.get("slurm_port", DEFAULT_SLURM_PORT), "fleet.slurm_port", low=1024, high=60000)
     partition = _str(fleet_in.get("partition", "gpu"), "fleet.partition")
+    bmc_default = loopback + BMC_LOOPBACK_OFFSET if loopback + BMC_LOOPBACK_OFFSET <= 254 else loopback - BMC_LOOPBACK_OFFSET
+    bmc_loopback = _int(fleet_in.get("bmc_loopback", bmc_default), "fleet.bmc_loopback", low=1, high=254)
+    if bmc_loopback == loopback:
+        raise _fail("fleet.bmc_loopback", f"must differ from fleet.loopback ({loopback}): the BMCs have a management network of their own")
+    bmc_port = _int(fleet_in.get("bmc_port", DEFAULT_BMC_PORT), "fleet.bmc_port", low=1, high=65535)
+    bmc_user = fleet_in.get("bmc_user", DEFAULT_BMC_USER)
+    if not isinstance(bmc_user, str) or not _BMC_USER.fullmatch(bmc_user):
+        raise _fail("fleet.bmc_user", f"must be a user name (letters, digits, _ . -; at most 32), got {bmc_user!r}")
 
     timing = _timing(top.get("timing", {}), DEFAULT_TIMING, "timing")
     defaults = _mapping(top.get("defaults", {}), "defaults")
@@ -280,7 +306,8 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
     if not isinstance(groups, list) or not groups:
         raise _fail("nodes", "must be a non-empty list of node groups")
     known_faults = _known_faults()
-    fleet = Fleet(name=name, ssh_port=ssh_port, slurm_port=slurm_port, partition=partition, skus=skus, source=source)
+    fleet = Fleet(name=name, ssh_port=ssh_port, slurm_port=slurm_port, partition=partition, skus=skus, source=source,
+                  bmc_port=bmc_port, bmc_user=bmc_user)
     seen: dict[str, str] = {}
     for g, group in enumerate(groups):
         where = f"nodes[{g}]"
@@ -325,7 +352,8 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
                 "kernel_module": kernel_module,
                 "fabricmanager": fabricmanager,
                 "vbios": group.get("vbios", sku["vbios"]),
-                "gpu_firmware": group.get("gpu_firmware", sku["gpu_firmware"]),
+                "gpu_firmware": (_gpu_firmware(group["gpu_firmware"], f"{where}.gpu_firmware") if "gpu_firmware" in group
+                                 else sku["gpu_firmware"]),
                 "nics": copy.deepcopy(nics),
                 "kernel": str(group.get("kernel") or sku["kernel"] or defaults.get("kernel") or DEFAULT_KERNEL),
                 "faults": copy.deepcopy(faults),
@@ -333,8 +361,14 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
                 "perf": dict(perf),
                 "jobs": jobs,
             }
+            bmc_octet = bmc_loopback + index // MAX_NODES_PER_OCTET
+            if bmc_octet > 254 or loopback <= bmc_octet <= octet or bmc_loopback <= octet <= bmc_octet:
+                raise _fail("fleet.bmc_loopback", f"{bmc_loopback}: with {index + 1} nodes the BMC addresses overlap the "
+                                                  f"node addresses (fleet.loopback={loopback}) or run past 127.254.x.x")
             address = f"127.0.{octet}.{1 + index % MAX_NODES_PER_OCTET}"
-            fleet.nodes.append(NodePlan(spec=spec, address=address, cpus=sku["cpus"], memory_mb=sku["memory_mb"]))
+            bmc_address = f"127.0.{bmc_octet}.{1 + index % MAX_NODES_PER_OCTET}"
+            fleet.nodes.append(NodePlan(spec=spec, address=address, cpus=sku["cpus"], memory_mb=sku["memory_mb"],
+                                        bmc_address=bmc_address))
     if fleet.slurmd_port(len(fleet.nodes)) > 65535:
         raise _fail("fleet.slurm_port", "too high for this many nodes (one slurmd port per node follows it)")
     return fleet

@@ -1,10 +1,10 @@
 """The simulated node's state: one JSON file per node plus the files derived from it.
 
-Layout of NODE_DIR (made by SIM-NODES, filled here):
+Layout of NODE_DIR (made by gpusim.fleet, filled here):
   state.json              the state (written atomically under an fcntl lock on state.lock)
   proc_driver/nvidia/version   /proc/driver/nvidia/version (folder exists only while loaded)
   boot_id                 /proc/sys/kernel/random/boot_id (rewritten in place: bind-mount target)
-  reboot.request          written by shutdown/reboot, consumed by the SIM-NODES supervisor
+  reboot.request          written by shutdown/reboot and the BMC's resets, consumed by the supervisor
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from . import catalog
+from . import catalog, firmware
 
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
@@ -28,7 +28,7 @@ REBOOT_REQUEST = "reboot.request"
 DEFAULT_NODE_DIR = "/var/lib/gpusim"
 
 DEFAULT_TIMING = {"reboot": 5.0, "flash": 2.0, "diag": {"1": 1.0, "2": 3.0, "3": 6.0, "4": 10.0},
-                  "burn": 1.0, "nccl": 1.0}
+                  "burn": 1.0, "nccl": 1.0, "bmc_reset": 3.0}
 DEFAULT_PERF = {"nccl_busbw_gbps": None}  # None: derived from the GPU model and NVLink count
 
 DRIVER_MODULES = ("nvidia", "nvidia_modeset", "nvidia_uvm", "nvidia_drm")
@@ -40,11 +40,11 @@ MODULE_USERS = {"nvidia": ("nvidia_modeset", "nvidia_uvm", "nvidia_peermem"),
 FAULT_KINDS = (
     "dkms_fail", "no_return", "gpu_missing", "xid79", "xid48", "xid119", "ecc_dbe", "fm_mismatch",
     "fm_inactive", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail", "psid_mismatch",
-    "gpu_process", "headers_missing", "modules_busy",
+    "gpu_process", "headers_missing", "modules_busy", "bmc_unresponsive",
 )
 # Kinds that describe a lasting condition the tools consult (kept in state["faults"]).
 _STANDING = {"dkms_fail", "no_return", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail",
-             "headers_missing", "modules_busy"}
+             "headers_missing", "modules_busy", "bmc_unresponsive"}
 # Standing kinds that a reboot ends (modules_busy: the process holding /dev/nvidia* dies with the node).
 _CLEARED_AT_BOOT = {"modules_busy"}
 # Kinds whose default trigger is the next boot rather than now.
@@ -69,7 +69,7 @@ def _gpu(node: str, model: catalog.GpuModel, index: int, vbios: str) -> dict[str
 
 
 def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
-    """Build the initial state of a node from its spec (see sim_contract.md §1)."""
+    """Build the initial state of a node from its node spec (gpusim.spec: Fleet.nodes[i].spec)."""
     name = node_spec["name"]
     model = catalog.gpu_model(node_spec.get("gpu_model") or "NVIDIA H100 80GB HBM3")
     count = int(node_spec.get("gpu_count", 8))
@@ -119,8 +119,7 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
             "nvidia-dcgm": {"enabled": True, "active": True, "since": time.time(), "pid": 3200,
                             "failed_reason": None},
         },
-        "gpu_firmware": {"version": node_spec.get("gpu_firmware") or "HGX-22.10-1", "staged": None,
-                         "force_update": False, "tasks": {}},
+        "gpu_firmware": {},
         "nics": nics,
         "faults": [],
         "pending_faults": [],
@@ -134,6 +133,7 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
         "down": False,
         "installer_log": None,
     }
+    state["gpu_firmware"] = firmware.init(state, node_spec.get("gpu_firmware") or "HGX-22.10-1", nvswitch)
     if driver:
         _log_driver_load(state)
     if fm:
@@ -304,6 +304,9 @@ def apply_fault(state: dict[str, Any], kind: str, **params: Any) -> dict[str, An
       pid, name, mem_mib), dkms_fail(), headers_missing(), no_return()
     - modules_busy(module="nvidia", holder="Xorg", pid=2222): rmmod of that module refuses ("Module nvidia is in
       use") although nvidia-smi lists no GPU process (a /dev/nvidia* handle held by a non-CUDA process); ends at boot
+    - flash_fail(percent=40): a BMC firmware update task ends in Exception at that percentage, the components
+      before it staged, the one being flashed failed, the rest not touched
+    - bmc_unresponsive(): the node's BMC stops answering (connections are not accepted) until the fault is cleared
     Returns the state.
     """
     if kind not in FAULT_KINDS:
@@ -436,8 +439,10 @@ def start_service(state: dict[str, Any], name: str) -> bool:
 
 # --- boot --------------------------------------------------------------------------------------
 
-def boot(node_dir: Path | str) -> bool:
-    """Simulate the node coming up after a reboot. False when the node must not come back."""
+def boot(node_dir: Path | str, power_cycle: bool = False) -> bool:
+    """Simulate the node coming up after a reboot (an AC power cycle with power_cycle). False when the node
+    must not come back. A reboot activates the staged firmware firmware.ACTIVATES["host_reboot"] names, a
+    power cycle all staged firmware."""
 
     def _boot(state: dict[str, Any]) -> bool:
         if fault(state, "no_return") or any(f["kind"] == "no_return" for f in state["pending_faults"]):
@@ -452,12 +457,7 @@ def boot(node_dir: Path | str) -> bool:
         if fm and fm.get("staged"):
             fm["version"] = fm["staged"]
             fm["staged"] = None
-        fw = state["gpu_firmware"]
-        if fw.get("staged"):
-            fw["version"] = fw["staged"]["version"]
-            for g in state["gpus"]:
-                g["vbios"] = fw["staged"].get("vbios", g["vbios"])
-            fw["staged"] = None
+        firmware.activate(state, "ac_power_cycle" if power_cycle else "host_reboot")
         for nic in state["nics"]:
             if nic.get("staged_fw"):
                 nic["fw"] = nic["staged_fw"]

@@ -1,8 +1,9 @@
-"""The fleet's supervisor: carries out the nodes' reboot requests, and nothing else.
+"""The fleet's supervisor: carries out the nodes' reboot and power requests, and nothing else.
 
 Started detached by `gpusim up` (`python -m gpusim.supervisor --workdir W`), stopped by
 `gpusim down` (SIGTERM). It polls each NODE_DIR/reboot.request (written by the simulated
-shutdown/reboot/systemctl and by Slurm's RebootProgram); for each request it waits the request's
+shutdown/reboot/systemctl, by Slurm's RebootProgram and by the node's BMC: reboot, poweroff, on,
+powercycle); for each request it waits the request's
 delay, kills every process of the node (sshd with its open sessions, slurmd with its jobs), waits
 the node's timing.reboot, calls state.boot() and, unless the node must not come back or was
 powered off, boots it again. A node whose processes die otherwise is left down.
@@ -24,6 +25,9 @@ from pathlib import Path
 from gpusim import node, state
 
 REQUEST = "reboot.request"
+# reboot: host restart; poweroff; on: power on a node that is off; powercycle: an AC power cycle (a restart
+# that activates all staged firmware). Written by the node's shutdown/systemctl and by its BMC.
+ACTIONS = ("reboot", "poweroff", "on", "powercycle")
 HANDLING = "reboot.handling"
 # A request file that does not parse yet may be half-written by a writer that does not rename.
 PARTIAL_GRACE_S = 2.0
@@ -89,22 +93,30 @@ class Supervisor:
 
     def _reboot(self, name: str, nd: Path, request: dict) -> None:
         action = request.get("action", "reboot")
+        if action not in ACTIONS:
+            log(f"{name}: unknown action {action!r} ignored")
+            return
         delay = max(float(request.get("delay_s") or 0), 0.0)
         log(f"{name}: {action} requested (delay {delay:g}s)")
         if self.stop.wait(delay):
             return
-        node.set_power(nd, "rebooting" if action == "reboot" else "down")
-        node.kill(nd)
-        if action != "reboot":
-            log(f"{name}: powered off")
-            return
-        try:
-            reboot_s = float(state.load(nd)["timing"]["reboot"])
-        except (FileNotFoundError, KeyError, TypeError, ValueError):
-            reboot_s = 5.0
-        if self.stop.wait(reboot_s):
-            return
-        if not state.boot(nd):
+        if action == "on":
+            if node.processes(nd):
+                log(f"{name}: already on")
+                return
+        else:
+            node.set_power(nd, "down" if action == "poweroff" else "rebooting")
+            node.kill(nd)
+            if action == "poweroff":
+                log(f"{name}: powered off")
+                return
+            try:
+                reboot_s = float(state.load(nd)["timing"]["reboot"])
+            except (FileNotFoundError, KeyError, TypeError, ValueError):
+                reboot_s = 5.0
+            if self.stop.wait(reboot_s):
+                return
+        if not state.boot(nd, power_cycle=action == "powercycle"):
             node.set_power(nd, "down")
             log(f"{name}: does not come back")
             return

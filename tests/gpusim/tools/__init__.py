@@ -20,8 +20,6 @@ TOOLS = {
     "dcgmi": "dcgm:main",
     "all_reduce_perf": "bench:nccl_main",
     "gpu_burn": "bench:burn_main",
-    "nvfwupd": "nvfwupd:main",
-    "nvfwupd.py": "nvfwupd:main",
     "mlxfwmanager": "mlx:fwmanager_main",
     "mlxfwreset": "mlx:fwreset_main",
     "flint": "mlx:flint_main",

@@ -1,4 +1,4 @@
-"""Simulated `nvidia-smi`: -q [-x], -L, --query-gpu / --query-compute-apps, nvlink -s, topo -m,
+"""Simulated `nvidia-smi`: -q [-x], -L, -r (GPU reset), --query-gpu / --query-compute-apps, nvlink -s, topo -m,
 -i selection and the default table, shaped per driver branch (catalog.variant)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 from typing import Any
 from xml.sax.saxutils import escape
 
-from .. import catalog
+from .. import catalog, firmware
 from .. import state as st
 from . import nvsmi_tree
 from ._common import ToolExit, err, fail, load, out, update
@@ -437,6 +437,24 @@ def _fell_off_lines(gpus: list[dict[str, Any]]) -> list[str]:
             for g in gpus if g["fell_off"]]
 
 
+def gpu_reset(state: dict, gpus: list[dict]) -> int:
+    """`nvidia-smi -r [-i N]`: reset GPUs nothing uses; a reset activates their staged VBIOS (firmware.activate)."""
+    busy = {p["gpu"] for p in state["processes"]}
+    refused = [g for g in gpus if g["index"] in busy]
+    if refused:
+        lines = ["The following GPUs could not be reset:"]
+        lines += [f"  GPU {g['pci_bus_id']}: In use by another client" for g in refused]
+        lines += ["", f"{len(refused)} device is currently being used by one or more other processes (e.g., Fabric "
+                  "Manager, CUDA application, graphics application such as an X server, or a monitoring application "
+                  "such as another instance of nvidia-smi). Please first kill all processes using this device and all "
+                  "compute applications running in the system."]
+        fail("\n".join(lines), 255, "out")
+    indexes = {g["index"] for g in gpus}
+    update(lambda s: firmware.activate(s, "gpu_reset", gpus=indexes))
+    out("\n".join(f"GPU {g['pci_bus_id']} was successfully reset." for g in gpus) + "\nAll done.")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     state = load()
     if not state["driver"]["version"]:
@@ -472,6 +490,8 @@ def main(argv: list[str]) -> int:
             xml = True
         elif a in ("-L", "--list-gpus"):
             mode = "list"
+        elif a in ("-r", "--gpu-reset"):
+            mode = "reset"
         elif a in ("-i", "--id"):
             i += 1
             if i >= len(args):
@@ -519,6 +539,8 @@ def main(argv: list[str]) -> int:
             gpus.append(dict(g, index=n))
     lost = _fell_off_lines(gpus)
     healthy = [g for g in gpus if not g["fell_off"]]
+    if mode == "reset":
+        return gpu_reset(state, [g for g in state["gpus"] if g["present"] and g in visible])
     if mode == "q":
         out(render_xml(state, healthy) if xml else render_q(state, healthy), end="")
     elif mode == "list":

@@ -1,7 +1,7 @@
 """Simulated systemctl (multi-call: also shutdown / reboot / poweroff) and nv-fabricmanager.
 
 Only the node's simulated units exist (nvidia-fabricmanager, nvidia-persistenced, nvidia-dcgm);
-reboots are requests in NODE_DIR/reboot.request that the SIM-NODES supervisor carries out.
+reboots are requests in NODE_DIR/reboot.request that the fleet supervisor (gpusim.supervisor) carries out.
 """
 
 from __future__ import annotations

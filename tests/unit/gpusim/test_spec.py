@@ -44,6 +44,12 @@ def minimal(**changes):
     return data
 
 
+def _named(names):
+    data = minimal()
+    data["nodes"][0] = {"names": names, "sku": "hgx", "driver": "570.124.06"}
+    return data
+
+
 def test_e2e_spec_expands_with_its_drift():
     fl = spec.load(SPECS / "e2e-8.yml")
     names = [n.name for n in fl.nodes]
@@ -105,6 +111,22 @@ def test_fault_shorthand_and_params():
     assert fl.nodes[0].spec["faults"] == [{"kind": "no_return"}, {"kind": "xid79", "gpu": 2}]
 
 
+def test_bmcs_have_a_management_network_of_their_own():
+    fl = spec.parse(minimal(fleet={"name": "t", "loopback": 40}))
+    assert [(n.address, n.bmc_address) for n in fl.nodes] == [("127.0.40.1", "127.0.140.1"), ("127.0.40.2", "127.0.140.2")]
+    assert (fl.bmc_port, fl.bmc_user) == (443, "admin")
+    fl = spec.parse(minimal(fleet={"name": "t", "loopback": 200, "bmc_loopback": 61, "bmc_port": 8443, "bmc_user": "ops"}))
+    assert fl.nodes[1].bmc_address == "127.0.61.2" and (fl.bmc_port, fl.bmc_user) == (8443, "ops")
+    assert spec.parse(minimal(fleet={"name": "t", "loopback": 200})).nodes[0].bmc_address == "127.0.100.1"
+
+
+def test_gpu_firmware_is_a_bundle_name_or_its_mapping():
+    fl = spec.parse(minimal(skus__hgx__gpu_firmware={"version": "HGX-22.10-1"}))
+    assert fl.nodes[0].spec["gpu_firmware"] == "HGX-22.10-1"
+    fl = spec.parse(minimal(nodes__0__gpu_firmware="HGX-24.04-2"))
+    assert fl.nodes[0].spec["gpu_firmware"] == "HGX-24.04-2"
+
+
 def test_addresses_move_to_the_next_octet_after_250_nodes():
     fl = spec.parse(minimal(nodes__0__count=251, fleet={"name": "big", "loopback": 40}))
     assert fl.nodes[249].address == "127.0.40.250"
@@ -133,6 +155,16 @@ def test_addresses_move_to_the_next_octet_after_250_nodes():
         pytest.param({"fleet": {"name": "t"}, "skus": {}}, "<spec>", "nodes is required", id="no-nodes"),
         pytest.param(minimal(extra=1), "<spec>", "unknown key(s) extra", id="top-key"),
         pytest.param([1, 2], "<spec>", "must be a mapping", id="not-mapping"),
+        # full matches: `$` would let a trailing newline through
+        pytest.param(_named(["n1\n"]), "nodes[0].names[0]", "not a valid host name", id="hostname-newline"),
+        pytest.param(minimal(nodes__0__driver="570.124.06\n"), "nodes[0].driver", "version like", id="driver-newline"),
+        pytest.param(minimal(fleet={"name": "t\n"}), "fleet.name", "lower-case letters", id="fleet-name-newline"),
+        pytest.param(minimal(skus={"hgx\n": MINIMAL["skus"]["hgx"]}), "skus.hgx\n", "Ansible group names", id="sku-newline"),
+        pytest.param(minimal(fleet={"name": "t", "loopback": 40, "bmc_loopback": 40}), "fleet.bmc_loopback",
+                     "must differ from fleet.loopback", id="bmc-same-net"),
+        pytest.param(minimal(fleet={"name": "t", "bmc_user": "root\n"}), "fleet.bmc_user", "must be a user name", id="bmc-user"),
+        pytest.param(minimal(skus__hgx__gpu_firmware={"version": "HGX 1"}), "skus.hgx.gpu_firmware.version",
+                     "bundle name like HGX-22.10-1", id="gpu-firmware"),
     ],
 )
 def test_mistakes_name_the_place_and_the_rule(data, where, what):

@@ -123,34 +123,18 @@ def test_nccl_low_and_thermal_burn(make_node):
     assert "\tGPU 2: FAULTY" in node.run("gpu_burn", "10").stdout
 
 
-def test_nvfwupd_stage_and_boot(make_node):
+def test_gpu_reset_refused_while_a_process_runs(make_node):
     node = make_node()
-    pkg = artifacts.write_fwpkg(node.dir / "art", "HGX-24.04-2", components={"HGX_FW_GPU": "96.00.AF.00.01"})
-    tgt = ["-t", "ip=10.0.0.1", "user=admin", "password=s3cret"]
-    r = node.run("nvfwupd", *tgt, "show_version", "-p", str(pkg), "-j")
-    rows = json.loads(r.stdout)["Firmware Devices"]
-    gpu0 = next(x for x in rows if x["AP Name"] == "HGX_FW_GPU_0")
-    assert gpu0 == {"AP Name": "HGX_FW_GPU_0", "Sys Version": "96.00.A5.00.01", "Pkg Version": "96.00.AF.00.01",
-                    "Up-To-Date": "No"}
-    r = node.run("nvfwupd", *tgt, "update_fw", "-p", str(pkg), stdin="n\n")
-    assert "Ok to proceed with firmware update? <Y/N>" in r.stdout and node.state["gpu_firmware"]["staged"] is None
-    r = node.run("nvfwupd", *tgt, "update_fw", "-p", str(pkg), "-y")
-    assert r.returncode == 0 and "Firmware update successful!" in r.stdout
-    assert "s3cret" not in r.stdout
-    boot_id = node.state["boot_id"]
-    assert state.boot(node.dir) is True
-    s = node.state
-    assert s["boot_id"] != boot_id and s["gpus"][0]["vbios"] == "96.00.AF.00.01"
-    assert (node.dir / "boot_id").read_text().strip() == s["boot_id"]
-
-
-def test_nvfwupd_flash_fail(make_node):
-    node = make_node(faults=[{"kind": "flash_fail", "target": "gpu", "percent": 40}])
-    pkg = artifacts.write_fwpkg(node.dir / "art", "HGX-24.04-2")
-    r = node.run("nvfwupd", "-t", "ip=10.0.0.1", "user=a", "password=b", "update_fw", "-p", str(pkg), "-y")
-    assert r.returncode == 1
-    assert "TaskState: Exception" in r.stdout and "Error Code: 1" in r.stdout
-    assert node.state["gpu_firmware"]["staged"] is None
+    state.update(node.dir, lambda s: s["gpus"][1].update(staged_vbios="96.00.AF.00.01"))
+    node.fault("gpu_process", gpu=1)
+    r = node.run("nvidia-smi", "-r", "-i", "1")
+    assert r.returncode == 255
+    assert "GPU 00000000:2A:00.0: In use by another client" in r.stdout
+    assert node.state["gpus"][1]["vbios"] == "96.00.A5.00.01"
+    state.update(node.dir, lambda s: s.update(processes=[]))
+    r = node.run("nvidia-smi", "-r", "-i", "1")
+    assert r.returncode == 0 and r.stdout == "GPU 00000000:2A:00.0 was successfully reset.\nAll done.\n"
+    assert (node.state["gpus"][1]["vbios"], node.state["gpus"][1]["staged_vbios"]) == ("96.00.AF.00.01", None)
 
 
 def test_mlx_psid_mismatch_and_reset_activation(make_node):

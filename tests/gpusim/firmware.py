@@ -1,0 +1,143 @@
+"""A node's firmware components: what the BMC's FirmwareInventory lists, what is staged, and which
+reset makes staged firmware the running one.
+
+One source of truth, so that nvidia-smi, Redfish and nvfwupd agree: a GPU's firmware version is
+state["gpus"][i]["vbios"] (what `nvidia-smi -q -x` prints as vbios_version), its staged version
+gpus[i]["staged_vbios"]; every other component lives in state["gpu_firmware"]["components"].
+HGX nodes (an NVSwitch baseboard) have the HGX components NVIDIA's HMC lists (HGX_FW_BMC_0 is the
+HMC itself; its version is the HGX bundle name, state["gpu_firmware"]["version"]); other nodes list
+their GPUs only, not updatable through the BMC.
+
+Resets (what activates what):
+  gpu_reset       a GPU reset (nvidia-smi -r) activates that GPU's staged VBIOS
+  host_reboot     a host reboot (ComputerSystem.Reset, shutdown -r) activates GPUs and the PCIe switch
+  ac_power_cycle  Chassis.Reset PowerCycle on HGX_Chassis_0 activates everything
+  bmc_reset       Manager.Reset on HGX_BMC_0 activates the HMC firmware
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import catalog
+
+RESETS = ("gpu_reset", "host_reboot", "ac_power_cycle", "bmc_reset")
+# Which staged components a reset activates.
+ACTIVATES = {
+    "gpu_reset": {"gpu_reset"},
+    "host_reboot": {"gpu_reset", "host_reboot"},
+    "ac_power_cycle": {"gpu_reset", "host_reboot", "ac_power_cycle", "bmc_reset"},
+    "bmc_reset": {"bmc_reset"},
+}
+# PLDM RequestedComponentActivationMethod written for each (see pldm.ACTIVATION_BITS).
+PLDM_ACTIVATION = {
+    "gpu_reset": ("medium_specific_reset", "system_reboot"),
+    "host_reboot": ("system_reboot",),
+    "ac_power_cycle": ("ac_power_cycle",),
+    "bmc_reset": ("medium_specific_reset",),
+}
+# HGX baseboard components other than the GPUs: inventory id -> (PLDM record name, reset, default version).
+HGX_COMPONENTS = {
+    "HGX_FW_BMC_0": ("HMC", "bmc_reset", None),  # None: the spec's gpu_firmware bundle name
+    "HGX_FW_ERoT_BMC_0": ("ERoT", "ac_power_cycle", "01.03.0250.0000_n04"),
+    "HGX_FW_FPGA_0": ("FPGA", "ac_power_cycle", "2.D0"),
+    "HGX_FW_CPLD_0": ("CPLD", "ac_power_cycle", "0.1C"),
+    "HGX_FW_PCIeSwitch_0": ("PCIeSwitch", "host_reboot", "1.7.5F"),
+}
+NVSWITCH = ("NVSwitch", "ac_power_cycle", "96.10.6D.00.01")
+NVSWITCH_COUNT = 4
+GPU_RECORD = "GPU_SXM"
+GPU_RESET = "gpu_reset"
+# PLDM component identifiers NVIDIA-style packages use per record (any unique 16-bit value works).
+COMPONENT_IDS = {"HMC": 0x0010, "ERoT": 0xFF00, "FPGA": 0x0020, "CPLD": 0x0030, "PCIeSwitch": 0x0040,
+                 "NVSwitch": 0x0050, GPU_RECORD: 0x0060}
+RECORDS = tuple(COMPONENT_IDS)
+
+
+def gpu_sku(model_name: str) -> str:
+    """The GPU's SKU as 8 hex digits: the Chassis SKU (0x...) and the package's APSKU descriptor."""
+    model = catalog.gpu_model(model_name)
+    return f"{model.device_id:04x}{model.subsys_id >> 16:04x}"
+
+
+def gpu_inventory_id(state: dict[str, Any], index: int) -> str:
+    return f"HGX_FW_GPU_SXM_{index + 1}" if is_hgx(state) else f"GPU_{index}"
+
+
+def gpu_chassis_id(state: dict[str, Any], index: int) -> str:
+    return f"HGX_GPU_SXM_{index + 1}" if is_hgx(state) else f"GPU_{index}"
+
+
+def is_hgx(state: dict[str, Any]) -> bool:
+    return bool(state["gpu_firmware"].get("hgx"))
+
+
+def init(state: dict[str, Any], bundle: str, hgx: bool) -> dict[str, Any]:
+    """The gpu_firmware section of a new node state."""
+    comps: dict[str, Any] = {}
+    if hgx:
+        for cid, (record, reset, default) in HGX_COMPONENTS.items():
+            comps[cid] = {"record": record, "reset": reset, "version": default or bundle, "staged": None}
+        if state.get("nvswitch"):
+            for i in range(NVSWITCH_COUNT):
+                comps[f"HGX_FW_NVSwitch_{i}"] = {"record": NVSWITCH[0], "reset": NVSWITCH[1], "version": NVSWITCH[2],
+                                                 "staged": None}
+    for g in state["gpus"]:
+        g.setdefault("staged_vbios", None)
+    return {"version": bundle, "hgx": hgx, "components": comps, "force_update": False, "push_targets": [],
+            "tasks": {}, "next_task": 0}
+
+
+def inventory(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every firmware component: id, record, reset, version, staged, sku (GPUs), gpu (index), updateable."""
+    hgx = is_hgx(state)
+    sku = gpu_sku(state["gpu_model"])
+    rows = []
+    fw = state["gpu_firmware"]
+    for cid, comp in fw["components"].items():
+        rows.append({"id": cid, "record": comp["record"], "reset": comp["reset"], "version": comp["version"],
+                     "staged": comp["staged"], "sku": None, "gpu": None, "updateable": True})
+    for g in state["gpus"]:
+        if not g["present"]:
+            continue  # a GPU that fell off the bus is gone from the HMC's inventory too
+        rows.append({"id": gpu_inventory_id(state, g["index"]), "record": GPU_RECORD, "reset": GPU_RESET,
+                     "version": g["vbios"], "staged": g.get("staged_vbios"), "sku": sku, "gpu": g["index"],
+                     "updateable": hgx})
+    return rows
+
+
+def find(state: dict[str, Any], cid: str) -> dict[str, Any] | None:
+    return next((row for row in inventory(state) if row["id"] == cid), None)
+
+
+def stage(state: dict[str, Any], cid: str, version: str) -> None:
+    row = find(state, cid)
+    if row is None:
+        raise KeyError(cid)
+    if row["gpu"] is not None:
+        state["gpus"][row["gpu"]]["staged_vbios"] = version
+    else:
+        state["gpu_firmware"]["components"][cid]["staged"] = version
+
+
+def activate(state: dict[str, Any], reset: str, gpus: set[int] | None = None) -> list[str]:
+    """Make the staged firmware that `reset` activates the running one; return the ids activated.
+
+    gpus limits a gpu_reset to those GPU indexes (nvidia-smi -r -i N)."""
+    if reset not in ACTIVATES:
+        raise ValueError(f"gpusim: unknown reset {reset!r}; known: {', '.join(RESETS)}")
+    kinds = ACTIVATES[reset]
+    done = []
+    fw = state["gpu_firmware"]
+    for cid, comp in fw["components"].items():
+        if comp["staged"] and comp["reset"] in kinds:
+            comp["version"], comp["staged"] = comp["staged"], None
+            done.append(cid)
+            if cid == "HGX_FW_BMC_0":
+                fw["version"] = comp["version"]
+    if GPU_RESET in kinds:
+        for g in state["gpus"]:
+            if g.get("staged_vbios") and (gpus is None or g["index"] in gpus):
+                g["vbios"], g["staged_vbios"] = g["staged_vbios"], None
+                done.append(gpu_inventory_id(state, g["index"]))
+    return done
