@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Outside the repository: inside it, ansible-test would see the copy as git-ignored files.
-SANITY_ROOT := $(or $(TMPDIR),/tmp)/gpufleet-sanity/ansible_collections/gpufleet/lifecycle
+SANITY_ROOT := $(or $(TMPDIR),/tmp)/gpufleet-sanity-$(notdir $(CURDIR))/ansible_collections/gpufleet/lifecycle
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections:$(CURDIR)/$(VENV)/lib/python3.11/site-packages
 export ANSIBLE_HOST_KEY_CHECKING := False
 export PYTHONDONTWRITEBYTECODE := 1

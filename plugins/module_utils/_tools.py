@@ -222,6 +222,11 @@ class Modprobe(Tool):
     label = "modprobe"
 
 
+class Lsmod(Tool):
+    binary = "lsmod"
+    label = "lsmod"
+
+
 class Rmmod(Tool):
     binary = "rmmod"
     label = "rmmod"

@@ -23,12 +23,12 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
     FabricManager,
+    Lsmod,
     Modinfo,
     Modprobe,
     NvidiaSmi,
     Rmmod,
     Systemctl,
-    Tool,
     ToolError,
 )
 
@@ -55,11 +55,6 @@ class DriverError(GpufleetError):
     @classmethod
     def from_tool(cls, exc, msg=None, **extra):
         return cls(msg or exc.msg, cmd=exc.cmd, rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr, **extra)
-
-
-class Lsmod(Tool):
-    binary = "lsmod"
-    label = "lsmod"
 
 
 def describe_processes(processes):
