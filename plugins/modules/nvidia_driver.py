@@ -149,7 +149,12 @@ options:
     type: str
     default: "1"
   state_file:
-    description: The node state file (JSON, readable as C(ansible_local.gpufleet)).
+    description:
+      - The node state file (JSON, readable as C(ansible_local.gpufleet)).
+      - It is read, changed and written under an exclusive lock on C(<state_file>.lock) (bounded wait), and the
+        previous document is kept as C(<state_file>.prev).
+      - A damaged file (empty, not JSON, wrong types) fails the module before anything is changed, with a message
+        that says how to repair it; it is never reset silently.
     type: path
     default: /etc/ansible/facts.d/gpufleet.fact
   record_last_known_good:
