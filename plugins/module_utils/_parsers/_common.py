@@ -39,6 +39,44 @@ class ParseError(ValueError):
     """
 
 
+# Driver versions, in every form NVIDIA has released: NNN.NN (418.43, Windows 572.61, Linux 595.80),
+# NNN.NN.NN (550.90.07), NNN.NNN.NN (535.161.08) and NNN.NNN (390.157; R550's 550.120 and 550.142, which
+# real nodes run: see the fabric manager mismatch fixture). A two-part form can also be the cut-off
+# start of a three-part one (535.86 of 535.86.05, 535.161 of 535.161.08): only the text after it tells.
+DRIVER_VERSION_PATTERN = r"[1-9][0-9]{2}\.[0-9]{2,3}(?:\.[0-9]{2})?"
+# The three-part form alone: whole even where nothing follows it (the patch always has two digits).
+DRIVER_VERSION_THREE_PARTS_PATTERN = r"[1-9][0-9]{2}\.[0-9]{2,3}\.[0-9]{2}"
+_DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
+_DRIVER_VERSION_THREE_PARTS = re.compile(DRIVER_VERSION_THREE_PARTS_PATTERN)
+
+
+def driver_version(text, tool, field, terminated=False, three_parts=False):
+    """``text`` when it is a whole driver version, else ParseError naming ``tool`` and ``field``.
+
+    ``terminated``: the caller saw what the tool prints after the version (a newline, the closing
+    XML tag, the text that follows on the line), so the value cannot have been cut short and every
+    released form counts. Without it only the three-part form is whole: ``535.161`` or ``535.86``
+    may be a cut-off ``535.161.08`` / ``535.86.05``. ``three_parts``: the tool always prints the
+    patch (fabric manager, R450 and later data-center drivers only).
+    """
+    pattern = _DRIVER_VERSION_THREE_PARTS if three_parts or not terminated else _DRIVER_VERSION
+    if not isinstance(text, str) or pattern.fullmatch(text) is None:
+        if isinstance(text, str) and _DRIVER_VERSION.fullmatch(text):
+            why = "has no patch part: the output may be cut short (a whole one looks like 535.161.08)"
+        else:
+            why = "is not a whole driver version (expected for example 550.90.07, 535.161.08 or 595.80)"
+        raise ParseError(f"{tool}: {field} {text!r} {why}")
+    return text
+
+
+def line_terminated(text, end):
+    """True when the line holding position ``end`` of ``text`` goes on to a newline (it was not cut)."""
+    newline = text.find("\n", end)
+    if newline < 0:
+        newline = text.find("\r", end)
+    return newline >= 0
+
+
 def missing(value):
     """True when a tool printed one of its "no value" markers (N/A, [Not Supported]...)."""
     return value is None or value.strip().lower() in _MISSING
