@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 # Values that NVIDIA and Mellanox tools print when a field has no value.
@@ -103,3 +104,16 @@ def number_or_none(value):
     if "." in number:
         return float(number)
     return int(number)
+
+
+def json_document(text, tool, start=0):
+    """(value, end) of the JSON document at ``text[start:]``; ParseError (never RecursionError) when it does not parse.
+
+    Decodes in place (no copy of the rest of the text), so reading several documents stays linear.
+    """
+    try:
+        return json.JSONDecoder().raw_decode(text, start)
+    except RecursionError as exc:
+        raise ParseError(f"{tool}: the JSON output is nested too deeply to read") from exc
+    except ValueError as exc:
+        raise ParseError(f"{tool}: the JSON output does not parse: {exc}") from exc
