@@ -106,14 +106,43 @@ def number_or_none(value):
     return int(number)
 
 
-def json_document(text, tool, start=0):
-    """(value, end) of the JSON document at ``text[start:]``; ParseError (never RecursionError) when it does not parse.
+class JsonAt(ParseError):
+    """A JSON document that does not parse; ``end`` is how far the decoder read (past it no retry helps)."""
 
-    Decodes in place (no copy of the rest of the text), so reading several documents stays linear.
+    def __init__(self, message, end):
+        super().__init__(message)
+        self.end = end
+
+
+# Candidates are decoded in a window that doubles while the document runs past it: a failed decode
+# costs what it read, not the rest of the text (json's error message counts lines up to the error).
+_JSON_WINDOW = 1024
+
+
+def json_document(text, tool, start=0):
+    """(value, end) of the JSON document at ``text[start:]``.
+
+    Raises JsonAt (a ParseError, never RecursionError) when it does not parse; its ``end`` is the
+    position the decoder stopped at (the end of the text for a document nested too deeply).
     """
-    try:
-        return json.JSONDecoder().raw_decode(text, start)
-    except RecursionError as exc:
-        raise ParseError(f"{tool}: the JSON output is nested too deeply to read") from exc
-    except ValueError as exc:
-        raise ParseError(f"{tool}: the JSON output does not parse: {exc}") from exc
+    decoder = json.JSONDecoder()
+    window = _JSON_WINDOW
+    while True:
+        stop = min(len(text), start + window)
+        chunk = text[start:stop]
+        try:
+            value, end = decoder.raw_decode(chunk)
+        except RecursionError as exc:
+            raise JsonAt(f"{tool}: the JSON output is nested too deeply to read", len(text)) from exc
+        except ValueError as exc:
+            position = getattr(exc, "pos", len(chunk))
+            ran_out = position >= len(chunk) - 64 or str(exc).startswith("Unterminated string")
+            if stop < len(text) and ran_out:
+                window *= 2
+                continue
+            raise JsonAt(f"{tool}: the JSON output does not parse: {exc}", start + max(position, 1)) from exc
+        if end >= len(chunk) - 64 and stop < len(text):
+            # A number or literal may go on past the window ("12" of "123"): decode the whole document again.
+            window *= 2
+            continue
+        return value, start + end
