@@ -30,6 +30,8 @@ _BDF = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.
 _STEP = re.compile(r"^\s*(\S.*?)[ \t]{1,64}-[ \t]{1,64}(OK|FAILED|Failed|failed|\d+%.*)$")
 # ConnectX / BlueField firmware is always xx.yy.zzzz (2.42.5000, 28.44.1036): "24.99" is a cut-off 24.99.0932.
 _FW_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}\.[0-9]{4}")
+# Rows whose versions always have that form (PXE 3.6.0502, UEFI 14.26.0017 too).
+_WHOLE_FORM_ROWS = frozenset(("FW", "PXE", "UEFI"))
 # What mlxfwmanager prints in the fields of a device it could not read.
 _NO_VALUE = frozenset(("--", "---"))
 _QUERY_FAILURE = re.compile(r"fail|error|unable|cannot|can't|not open|no access", re.IGNORECASE)
@@ -96,8 +98,8 @@ def _device_record(index, fields, versions, where):
         row = versions.get(name)
         if row is None:
             return None
-        if name == "FW":
-            return fw_version(row[which], f"mlxfwmanager: {where}", f"FW {which}")
+        if name in _WHOLE_FORM_ROWS:
+            return fw_version(row[which], f"mlxfwmanager: {where}", f"{name} {which}")
         return _value(row[which])
 
     port_macs = [fields[key] for key in sorted(fields) if re.match(r"port\d+ mac$", key)]

@@ -182,6 +182,9 @@ _GPU_INFO_KEYS = {
     "Blacklisted": "excluded",  # older drivers' name for the same flag
 }
 _GPU_INFO_NUMBERS = ("irq", "dma_size_bits", "device_minor")
+_GPU_INFO_TOOL = "/proc/driver/nvidia/gpus/*/information"
+# A VBIOS version is five hex pairs (86.02.40.00.48, 96.00.74.00.0D): "86.0" is a cut-off one.
+_VBIOS = re.compile(r"[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f]{2}){4}")
 
 
 def _blank_gpu():
@@ -212,6 +215,11 @@ def parse_gpus_information(text):
         value = text_or_none(match.group("value"))
         if key in _GPU_INFO_NUMBERS:
             value = number_or_none(value.split()[0]) if value else None
+        elif key == "vbios_version" and value is not None and not _VBIOS.fullmatch(value):
+            raise ParseError(
+                f"{_GPU_INFO_TOOL}: Video BIOS {value!r} is not a whole VBIOS version (five hex pairs, for example 96.00.74.00.0D): "
+                "the output may be cut short"
+            )
         elif key == "excluded":
             value = None if value is None else value.lower() in ("yes", "true", "1")
         gpus[-1][key] = value

@@ -1295,4 +1295,3 @@ def test_query_text_two_part_version_with_its_newline():
     assert nvsmi.parse_query_text("Driver Version : 595.80\nCUDA Version : 13.2\n", strict=False)["driver_version"] == "595.80"
     with pytest.raises(ParseError, match=r"nvidia-smi -q: Driver Version '595\.80' has no patch part"):
         nvsmi.parse_query_text("Driver Version : 595.80", strict=False)
-
