@@ -41,8 +41,8 @@ class ParseError(ValueError):
 
 
 # Driver versions, in every form NVIDIA has released: NNN.NN (418.43, Windows 572.61, Linux 595.80),
-# NNN.NN.NN (550.90.07), NNN.NNN.NN (535.161.08) and NNN.NNN (390.157; R550's 550.120 and 550.142, which
-# real nodes run: see the fabric manager mismatch fixture). A two-part form can also be the cut-off
+# NNN.NN.NN (550.90.07), NNN.NNN.NN (535.161.08) and NNN.NNN (390.157, and after R450 too: 550.120, which
+# real nodes run, see the fabric manager mismatch fixture). A two-part form can also be the cut-off
 # start of a three-part one (535.86 of 535.86.05, 535.161 of 535.161.08): only the text after it tells.
 DRIVER_VERSION_PATTERN = r"[1-9][0-9]{2}\.[0-9]{2,3}(?:\.[0-9]{2})?"
 # The three-part form alone: whole even where nothing follows it (the patch always has two digits).
@@ -68,14 +68,6 @@ def driver_version(text, tool, field, terminated=False, three_parts=False):
             why = "is not a whole driver version (expected for example 550.90.07, 535.161.08 or 595.80)"
         raise ParseError(f"{tool}: {field} {text!r} {why}")
     return text
-
-
-def line_terminated(text, end):
-    """True when the line holding position ``end`` of ``text`` goes on to a newline (it was not cut)."""
-    newline = text.find("\n", end)
-    if newline < 0:
-        newline = text.find("\r", end)
-    return newline >= 0
 
 
 def missing(value):
