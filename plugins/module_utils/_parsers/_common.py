@@ -108,7 +108,8 @@ class JsonAt(ParseError):
 
 # Candidates are decoded in a window that doubles while the document runs past it: a failed decode
 # costs what it read, not the rest of the text (json's error message counts lines up to the error).
-_JSON_WINDOW = 1024
+_JSON_WINDOW = 256
+_DECODER = json.JSONDecoder()
 
 
 def json_document(text, tool, start=0):
@@ -117,7 +118,7 @@ def json_document(text, tool, start=0):
     Raises JsonAt (a ParseError, never RecursionError) when it does not parse; its ``end`` is the
     position the decoder stopped at (the end of the text for a document nested too deeply).
     """
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     window = _JSON_WINDOW
     while True:
         stop = min(len(text), start + window)

@@ -478,6 +478,8 @@ _DICT_LINES = 64
 
 def _python_dict_after(lines, number):
     """The pprint'ed dict that starts on lines[number] ("{'detail': ..."), or None."""
+    if number >= len(lines) or not lines[number].lstrip().startswith("{"):
+        return None
     block = []
     for line in lines[number : number + _DICT_LINES]:
         block.append(line.strip())
@@ -512,6 +514,17 @@ def _find_key(obj, key):
     return found
 
 
+# The per-line patterns of update_fw / show_update_progress output, compiled once.
+_TASK_STARTED = re.compile(r"^FW update started, Task Id:\s*(\S+)")
+_TASK_INFO = re.compile(r"^Task Info for Id:\s*(\S+)")
+_TASK_CREATED = re.compile(r"^FW update task was created with ID\s*(\S+)")
+_JOB_STATUS = re.compile(r"^Status for Job Id:?\s*(\S+?):?$")
+_STARTING_FOR = re.compile(r"^Starting FW update for:\s*(.+)$")
+_FW_PACKAGE = re.compile(r"^FW package:\s*(.+)$")
+_TIME_TAKEN = re.compile(r"^Overall Time Taken:\s*(\S+)")
+_TASK_PAIR = re.compile(r"^(TaskState|PercentComplete|TaskStatus|StartTime|EndTime):\s*(.*?)$")
+
+
 def _parse_tasks(text, tool):
     """Tasks, component results and flags shared by update_fw and show_update_progress."""
     text = _text(text, tool)
@@ -537,10 +550,10 @@ def _parse_tasks(text, tool):
         stripped = line.strip()
         if not stripped:
             continue
-        started = re.match(r"^FW update started, Task Id:\s*(\S+)", stripped)
-        info = re.match(r"^Task Info for Id:\s*(\S+)", stripped)
-        created = re.match(r"^FW update task was created with ID\s*(\S+)", stripped)
-        job = re.match(r"^Status for Job Id:?\s*(\S+?):?$", stripped)
+        started = _TASK_STARTED.match(stripped)
+        info = _TASK_INFO.match(stripped)
+        created = _TASK_CREATED.match(stripped)
+        job = _JOB_STATUS.match(stripped)
         if started or info or created:
             task_id = (started or info or created).group(1)
             current = _new_task(tasks, order, task_id, targets[-1] if created and targets else None)
@@ -554,19 +567,19 @@ def _parse_tasks(text, tool):
                 current["message"] = text_or_none(message) if isinstance(message, str) else None
                 current["percent_complete"] = _int_or_none(status.get("percentage"))
             continue
-        starting = re.match(r"^Starting FW update for:\s*(.+)$", stripped)
+        starting = _STARTING_FOR.match(stripped)
         if starting:
             targets.append(starting.group(1).strip())
             continue
-        package = re.match(r"^FW package:\s*(.+)$", stripped)
+        package = _FW_PACKAGE.match(stripped)
         if package:
             packages.extend(p.strip() for p in _packages(package.group(1)))
             continue
-        took = re.match(r"^Overall Time Taken:\s*(\S+)", stripped)
+        took = _TIME_TAKEN.match(stripped)
         if took:
             elapsed = took.group(1)
             continue
-        pair = re.match(r"^(TaskState|PercentComplete|TaskStatus|StartTime|EndTime):\s*(.*?)$", stripped)
+        pair = _TASK_PAIR.match(stripped)
         if pair and current is not None:
             key, value = pair.group(1), pair.group(2)
             if key == "TaskState":
