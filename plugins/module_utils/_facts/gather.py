@@ -257,6 +257,7 @@ class GpuFactsCollector:
                     "fw_current": info.get("fw_version"),
                     "fw_available": None,
                     "status": None,
+                    "query_failed": False,
                 }
             )
         return nics

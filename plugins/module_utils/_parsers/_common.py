@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 # Values that NVIDIA and Mellanox tools print when a field has no value.
@@ -39,6 +40,36 @@ class ParseError(ValueError):
     """
 
 
+# Driver versions, in every form NVIDIA has released: NNN.NN (418.43, Windows 572.61, Linux 595.80),
+# NNN.NN.NN (550.90.07), NNN.NNN.NN (535.161.08) and NNN.NNN (390.157, and after R450 too: 550.120, which
+# real nodes run, see the fabric manager mismatch fixture). A two-part form can also be the cut-off
+# start of a three-part one (535.86 of 535.86.05, 535.161 of 535.161.08): only the text after it tells.
+DRIVER_VERSION_PATTERN = r"[1-9][0-9]{2}\.[0-9]{2,3}(?:\.[0-9]{2})?"
+# The three-part form alone: whole even where nothing follows it (the patch always has two digits).
+DRIVER_VERSION_THREE_PARTS_PATTERN = r"[1-9][0-9]{2}\.[0-9]{2,3}\.[0-9]{2}"
+_DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
+_DRIVER_VERSION_THREE_PARTS = re.compile(DRIVER_VERSION_THREE_PARTS_PATTERN)
+
+
+def driver_version(text, tool, field, terminated=False, three_parts=False):
+    """``text`` when it is a whole driver version, else ParseError naming ``tool`` and ``field``.
+
+    ``terminated``: the caller saw what the tool prints after the version (a newline, the closing
+    XML tag, the text that follows on the line), so the value cannot have been cut short and every
+    released form counts. Without it only the three-part form is whole: ``535.161`` or ``535.86``
+    may be a cut-off ``535.161.08`` / ``535.86.05``. ``three_parts``: the tool always prints the
+    patch (fabric manager, R450 and later data-center drivers only).
+    """
+    pattern = _DRIVER_VERSION_THREE_PARTS if three_parts or not terminated else _DRIVER_VERSION
+    if not isinstance(text, str) or pattern.fullmatch(text) is None:
+        if isinstance(text, str) and _DRIVER_VERSION.fullmatch(text):
+            why = "has no patch part: the output may be cut short (a whole one looks like 535.161.08)"
+        else:
+            why = "is not a whole driver version (expected for example 550.90.07, 535.161.08 or 595.80)"
+        raise ParseError(f"{tool}: {field} {text!r} {why}")
+    return text
+
+
 def missing(value):
     """True when a tool printed one of its "no value" markers (N/A, [Not Supported]...)."""
     return value is None or value.strip().lower() in _MISSING
@@ -65,3 +96,46 @@ def number_or_none(value):
     if "." in number:
         return float(number)
     return int(number)
+
+
+class JsonAt(ParseError):
+    """A JSON document that does not parse; ``end`` is how far the decoder read (past it no retry helps)."""
+
+    def __init__(self, message, end):
+        super().__init__(message)
+        self.end = end
+
+
+# Candidates are decoded in a window that doubles while the document runs past it: a failed decode
+# costs what it read, not the rest of the text (json's error message counts lines up to the error).
+_JSON_WINDOW = 256
+_DECODER = json.JSONDecoder()
+
+
+def json_document(text, tool, start=0):
+    """(value, end) of the JSON document at ``text[start:]``.
+
+    Raises JsonAt (a ParseError, never RecursionError) when it does not parse; its ``end`` is the
+    position the decoder stopped at (the end of the text for a document nested too deeply).
+    """
+    decoder = _DECODER
+    window = _JSON_WINDOW
+    while True:
+        stop = min(len(text), start + window)
+        chunk = text[start:stop]
+        try:
+            value, end = decoder.raw_decode(chunk)
+        except RecursionError as exc:
+            raise JsonAt(f"{tool}: the JSON output is nested too deeply to read", len(text)) from exc
+        except ValueError as exc:
+            position = getattr(exc, "pos", len(chunk))
+            ran_out = position >= len(chunk) - 64 or str(exc).startswith("Unterminated string")
+            if stop < len(text) and ran_out:
+                window *= 2
+                continue
+            raise JsonAt(f"{tool}: the JSON output does not parse: {exc}", start + max(position, 1)) from exc
+        if end >= len(chunk) - 64 and stop < len(text):
+            # A number or literal may go on past the window ("12" of "123"): decode the whole document again.
+            window *= 2
+            continue
+        return value, start + end

@@ -19,10 +19,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, json_document
 
 RESULTS = ("pass", "fail", "warn", "skip")
 # Worst first: the result of a test with mixed per-GPU results is its worst one.
@@ -43,15 +42,17 @@ _STATUS_WORDS = {
 # dcgmi wraps a message into cells of this many characters (DATA_INFO_TAG_LEN in dcgmi/Diag.cpp).
 _WRAP = 45
 
-_ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*?)(?:\|\s*)?$")
-_SECTION = re.compile(r"^\s*[|+]-{3,}\s+(?P<name>[A-Za-z][A-Za-z ]*?)\s+-+\+-*[|+]\s*$")
+_ROW = re.compile(r"^\s*\|(?P<name>[^|]*)\|(?P<value>.*)$")
+# The border dcgmi prints under the last row: without it the table may be cut short.
+_CLOSING_BORDER = re.compile(r"^\s*\+-{3,}\+-{3,}\+\s*$")
+_SECTION = re.compile(r"^\s*[|+]-{3,}[ \t]{1,16}(?P<name>[A-Za-z][A-Za-z ]{0,64}?)[ \t]{1,16}-+\+-*[|+]\s*$")
 _HEADER = re.compile(r"^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
 _STATUS = re.compile(r"^(?P<status>Pass|Fail|Warn|Skip)(?:\s*-\s*(?P<scope>All|GPUs?:\s*(?P<gpus>\d+(?:\s*,\s*\d+)*)))?\s*$")
 _ENTITY_STATUS = re.compile(r"^(?P<kind>GPU|CPU|NvSwitch|Switch)\s*(?P<id>\d+)\s*:\s*(?P<status>Pass|Fail|Warn|Skip)\s*$", re.IGNORECASE)
 _MESSAGE_LABEL = re.compile(r"^(?P<kind>Warning|Error|Info)(?:\s*:\s*(?P<entity>.*))?$")
 _CODE_ROW = re.compile(r"^Code:\s*\(\d+\)$")
-_LEVEL = re.compile(r"dcgmi\s+diag\b.*?(?:-r|--run)[\s=]+['\"]?(?P<level>[1-4])\b")
-_ERROR_LINE = re.compile(r"^\s*Error:\s*(?P<msg>.+)$", re.MULTILINE)
+_LEVEL = re.compile(r"dcgmi[ \t]+diag\b[^\n]{0,200}?(?:-r|--run)[ \t=]{1,8}['\"]?(?P<level>[1-4])\b")
+_ERROR_LINE = re.compile(r"^[ \t]*Error:[ \t]*(?P<msg>.+)$", re.MULTILINE)
 
 _LINK_STATES = {"U": "up", "D": "down", "X": "disabled", "_": "not_supported"}
 
@@ -91,10 +92,13 @@ def _join_wrapped(chunks):
 
 
 def _cell(raw):
-    """The text of a value cell: dcgmi writes '| ' + text + padding + ' |'; drop the one leading space."""
+    """The text of a value cell: dcgmi writes '| ' + text + padding + ' |'; drop the one leading space and the closing bar."""
+    raw = raw.rstrip()
+    if raw.endswith("|"):
+        raw = raw[:-1]
     if raw.startswith(" "):
         raw = raw[1:]
-    return raw.rstrip("\n")
+    return raw
 
 
 def _level(text):
@@ -153,11 +157,15 @@ def _parse_text(text):
     metadata = {}
     category = None
     saw_header = False
+    closed = False  # the closing border came after the last row
     in_status = False  # the rows after a test row, until a message starts, are more of its statuses
 
     for line in text.splitlines():
         if _HEADER.match(line):
             saw_header = True
+            continue
+        if _CLOSING_BORDER.match(line):
+            closed = closed or bool(tests or state["errors"] or state.get("message"))
             continue
         section = _SECTION.match(line)
         if section:
@@ -169,6 +177,7 @@ def _parse_text(text):
         row = _ROW.match(line)
         if not row or set(line.strip()) <= set("+-=|"):
             continue
+        closed = False  # rows after a border: a later table, which must be closed in turn
         name = row.group("name").strip()
         raw = _cell(row.group("value"))
         value = raw.strip()
@@ -216,8 +225,15 @@ def _parse_text(text):
     for test in tests:
         seen = test.pop("_seen", [])
         test["result"] = _worst(seen + list(test["gpus"].values())) or "skip"
+    result = _overall(tests, state["errors"])
+    if not closed and result != "fail":
+        # Rows below the cut could fail: a FAIL seen is a failure, anything else is unknown.
+        raise ParseError(
+            f"dcgmi diag: the result table is cut short (no closing border after its last row, {len(tests)} tests read): "
+            "the result is unknown; run dcgmi diag again"
+        )
     return {
-        "result": _overall(tests, state["errors"]),
+        "result": result,
         "level": _level(text),
         "dcgm_version": metadata.get("DCGM Version") or None,
         "driver_version": metadata.get("Driver Version Detected") or None,
@@ -226,14 +242,32 @@ def _parse_text(text):
     }
 
 
-def _json_messages(items):
+JSON_TOOL = "dcgmi diag -j"
+
+
+def _json_list(value, where):
+    """A JSON list (None/absent: empty), else ParseError naming where it was."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{JSON_TOOL}: {where} is {type(value).__name__}, expected a list")
+    return value
+
+
+def _json_object(value, where):
+    if not isinstance(value, dict):
+        raise ParseError(f"{JSON_TOOL}: {where} is {type(value).__name__}, expected an object")
+    return value
+
+
+def _json_messages(items, where):
     """Warnings / info in either shape: a string, a list of strings, or a list of {"warning": ...} objects."""
     if items is None:
         return []
     if isinstance(items, str):
         return [items] if items.strip() else []
     messages = []
-    for item in items:
+    for item in _json_list(items, where):
         if isinstance(item, dict):
             text = item.get("warning") or item.get("message") or item.get("info")
         else:
@@ -243,7 +277,7 @@ def _json_messages(items):
     return messages
 
 
-def _json_gpu_ids(result):
+def _json_gpu_ids(result, where):
     """The GPU indices a JSON result applies to (4.x entity_group/entity_id, 3.x gpu_ids / gpu_id)."""
     group = result.get("entity_group")
     if group is not None:
@@ -253,60 +287,73 @@ def _json_gpu_ids(result):
     ids = result.get("gpu_ids", result.get("gpu_id"))
     if ids is None:
         return []
+    if isinstance(ids, bool):
+        raise ParseError(f"{JSON_TOOL}: {where} gpu_ids is {ids!r}, expected GPU indices")
     if isinstance(ids, int):
         return [ids]
     if isinstance(ids, list):
-        return [int(i) for i in ids if isinstance(i, int) or str(i).strip().isdigit()]
-    return [int(i) for i in re.split(r"[,\s]+", str(ids)) if i.isdigit()]
+        return [int(i) for i in ids if (isinstance(i, int) and not isinstance(i, bool)) or (isinstance(i, str) and i.strip().isdigit())]
+    if isinstance(ids, str):
+        return [int(i) for i in re.split(r"[,\s]+", ids) if i.isdigit()]
+    raise ParseError(f"{JSON_TOOL}: {where} gpu_ids is {type(ids).__name__}, expected GPU indices")
+
+
+def _json_text(value):
+    return value if isinstance(value, str) and value else None
 
 
 def _parse_json(document):
-    if not isinstance(document, dict):
-        raise ParseError("dcgmi diag -j: the JSON is not an object")
+    document = _json_object(document, "the document")
     body = document.get("DCGM Diagnostic")
     if body is None:
         body = document.get("DCGM GPU Diagnostic")
     if not isinstance(body, dict):
-        raise ParseError("dcgmi diag -j: no 'DCGM Diagnostic' (or 'DCGM GPU Diagnostic') object")
+        raise ParseError(f"{JSON_TOOL}: no 'DCGM Diagnostic' (or 'DCGM GPU Diagnostic') object")
     errors = []
-    if isinstance(body.get("runtime_error"), str) and body["runtime_error"].strip():
-        errors.append(body["runtime_error"].strip())
-    categories = body.get("test_categories") or []
-    if not isinstance(categories, list):
-        raise ParseError("dcgmi diag -j: 'test_categories' is not a list")
+    runtime_error = body.get("runtime_error")
+    if runtime_error is not None and not isinstance(runtime_error, str):
+        raise ParseError(f"{JSON_TOOL}: runtime_error is {type(runtime_error).__name__}, expected a message")
+    if runtime_error and runtime_error.strip():
+        errors.append(runtime_error.strip())
     tests = []
-    for category in categories:
-        for entry in category.get("tests") or []:
+    for number, raw_category in enumerate(_json_list(body.get("test_categories"), "'test_categories'")):
+        category = _json_object(raw_category, f"test_categories[{number}]")
+        category_name = category.get("category")
+        for position, raw_entry in enumerate(_json_list(category.get("tests"), f"test_categories[{number}].tests")):
+            entry = _json_object(raw_entry, f"test_categories[{number}].tests[{position}]")
             name = entry.get("name")
             if not isinstance(name, str):
-                raise ParseError("dcgmi diag -j: a test has no 'name'")
-            test = _new_test(name, category.get("category"))
+                raise ParseError(f"{JSON_TOOL}: a test has no 'name'")
+            test = _new_test(name, category_name if isinstance(category_name, str) else None)
             seen = []
-            for result in entry.get("results") or []:
-                status = _status(result.get("status"))
+            for index, raw_result in enumerate(_json_list(entry.get("results"), f"test {name!r} results")):
+                where = f"test {name!r} results[{index}]"
+                result = _json_object(raw_result, where)
+                status = _status(result.get("status")) if isinstance(result.get("status"), str) else None
                 if status is None:
-                    raise ParseError(f"dcgmi diag -j: test {name!r} has a result with an unknown status {result.get('status')!r}")
+                    raise ParseError(f"{JSON_TOOL}: test {name!r} has a result with an unknown status {result.get('status')!r}")
                 seen.append(status)
-                for index in _json_gpu_ids(result):
-                    test["gpus"][index] = _worst([test["gpus"].get(index), status])
-                test["warnings"].extend(_json_messages(result.get("warnings")))
-                test["info"].extend(_json_messages(result.get("info")))
+                for gpu in _json_gpu_ids(result, where):
+                    test["gpus"][gpu] = _worst([test["gpus"].get(gpu), status])
+                test["warnings"].extend(_json_messages(result.get("warnings"), f"{where} warnings"))
+                test["info"].extend(_json_messages(result.get("info"), f"{where} info"))
             summary = entry.get("test_summary") or {}
-            summary_status = _status(summary.get("status")) if isinstance(summary, dict) else None
+            summary_status = summary.get("status") if isinstance(summary, dict) else None
+            summary_status = _status(summary_status) if isinstance(summary_status, str) else None
             test["result"] = _worst([summary_status, *seen])
             if test["result"] is None:
-                raise ParseError(f"dcgmi diag -j: test {name!r} has neither results nor a test_summary status")
+                raise ParseError(f"{JSON_TOOL}: test {name!r} has neither results nor a test_summary status")
             tests.append(test)
     if not tests and not errors:
-        raise ParseError("dcgmi diag -j: no tests in 'test_categories' and no runtime_error")
+        raise ParseError(f"{JSON_TOOL}: no tests in 'test_categories' and no runtime_error")
     metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
-    version = metadata.get("version") or body.get("version") or document.get("version")
-    driver = metadata.get("Driver Version Detected") or body.get("Driver Version Detected")
+    version = _json_text(metadata.get("version")) or _json_text(body.get("version")) or _json_text(document.get("version"))
+    driver = _json_text(metadata.get("Driver Version Detected")) or _json_text(body.get("Driver Version Detected"))
     return {
         "result": _overall(tests, errors),
         "level": None,
-        "dcgm_version": version if isinstance(version, str) and version else None,
-        "driver_version": driver if isinstance(driver, str) and driver else None,
+        "dcgm_version": version,
+        "driver_version": driver,
         "tests": tests,
         "errors": errors,
     }
@@ -327,11 +374,7 @@ def parse_diag(text):
     stripped = text.strip()
     start = stripped.find("{")
     if start != -1 and ('"DCGM Diagnostic"' in stripped or '"DCGM GPU Diagnostic"' in stripped):
-        end = stripped.rfind("}")
-        try:
-            document = json.loads(stripped[start : end + 1])
-        except ValueError as exc:
-            raise ParseError(f"dcgmi diag -j: the JSON does not parse: {exc}") from exc
+        document, _end = json_document(stripped, JSON_TOOL, start)
         result = _parse_json(document)
         result["level"] = _level(stripped[:start])
         return result
@@ -398,7 +441,7 @@ def parse_nvlink_errors(text):
         if not row:
             continue
         name = row.group("name").strip()
-        value = row.group("value").strip()
+        value = _cell(row.group("value")).strip()
         match = re.match(r"^GPU\s+(\d+)$", name)
         if match:
             gpu = int(match.group(1))
@@ -442,7 +485,7 @@ def parse_discovery(text):
         if not row:
             continue
         ident = row.group("name").strip()
-        info = row.group("value").strip()
+        info = _cell(row.group("value")).strip()
         if ident:
             if not ident.isdigit():
                 raise ParseError(f"dcgmi discovery -l: GPU ID {ident!r} is not a number")

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, driver_version
 
-_VERSION = re.compile(r"Fabric Manager version is\s*:\s*(?P<version>\d+\.\d+(?:\.\d+)*)\b")
+# The value is read as one token and checked whole afterwards: a cut-off "535.161" must not pass.
+_VERSION = re.compile(r"Fabric Manager version is\s*:[ \t]*(?P<version>[^\s]*)")
 
 # "fabric manager NVIDIA GPU driver interface version 530.30.02 don't match with driver version
 # 530.41.03. Please update with matching NVIDIA driver package." The first version is the one the
-# fabric manager was built for, the second the loaded driver's.
+# fabric manager was built for, the second the loaded driver's. Some releases print a typographic
+# apostrophe (U+2019, "don\u2019t").
 _MISMATCH = re.compile(
-    r"(?P<message>fabric manager NVIDIA GPU driver interface version (?P<fabricmanager>\d+\.\d+(?:\.\d+)*)"
-    r" (?:don't|doesn't|do not|does not) match with (?:the )?driver version (?P<driver>\d+\.\d+(?:\.\d+)*)\b.*?)\s*$",
-    re.IGNORECASE | re.MULTILINE,
+    r"fabric manager NVIDIA GPU driver interface version (?P<fabricmanager>[0-9.]*)"
+    r" (?:don['\u2019\u02bc`]t|doesn['\u2019\u02bc`]t|do not|does not) match with (?:the )?driver version (?P<driver>[0-9.]*)",
+    re.IGNORECASE,
 )
+TOOL = "nv-fabricmanager"
 
 # Why a start failed, most specific first: (reason, pattern of the line that says so).
 _START_FAILURES = (
@@ -42,26 +45,46 @@ _JOURNAL_PREFIX = re.compile(r"^(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\S
 
 
 def parse_version(text):
-    """``nv-fabricmanager --version`` -> ``"535.161.08"``; ParseError when no version is printed."""
+    """``nv-fabricmanager --version`` -> ``"535.161.08"``.
+
+    ParseError when no version is printed, or when it is not a whole three-part version: fabric
+    manager exists for R450 and later data-center drivers only, which always print the patch, so
+    ``535.161`` is a cut-off ``535.161.08``.
+    """
     match = _VERSION.search(text or "")
     if not match:
         raise ParseError(f"nv-fabricmanager --version: no 'Fabric Manager version is : <version>' in {(text or '').strip()[:200]!r}")
-    return match.group("version")
+    return driver_version(match.group("version").rstrip("."), f"{TOOL} --version", "version", three_parts=True)
 
 
 def parse_mismatch(text):
     """The driver / fabric manager version mismatch reported in log text, or None when there is none.
 
     Returns ``{"driver_version", "fabricmanager_version", "message"}`` from the first mismatch
-    line, wherever it sits (journal, ``systemctl status``, a bare message).
+    line, wherever it sits (journal, ``systemctl status``, a bare message). ParseError when the
+    message is cut inside a version: the fabric manager's own always has three parts, the
+    driver's (``550.120`` exists) counts only when the text after it (". Please update...") shows
+    it is whole.
     """
-    match = _MISMATCH.search(text or "")
+    text = text or ""
+    match = _MISMATCH.search(text)
     if not match:
         return None
+    what = f"{TOOL} version mismatch message"
+    fabricmanager = driver_version(match.group("fabricmanager"), what, "fabric manager interface version", three_parts=True)
+    # The sentence goes on after the version (". Please update..."): only then is a two-part one whole.
+    driver = match.group("driver")
+    if driver.endswith("."):
+        driver = driver[:-1]
+    following = text[match.end("driver") : match.end("driver") + 1]
+    terminated = following.isspace() and following != ""
+    driver = driver_version(driver, what, "driver version", terminated=terminated)
+    line_end = text.find("\n", match.start())
+    message = text[match.start() : line_end if line_end >= 0 else len(text)].strip()
     return {
-        "driver_version": match.group("driver"),
-        "fabricmanager_version": match.group("fabricmanager"),
-        "message": match.group("message").strip(),
+        "driver_version": driver,
+        "fabricmanager_version": fabricmanager,
+        "message": message,
     }
 
 

@@ -23,10 +23,18 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._commo
 # "Device #3:" on a line of its own starts a query block; "Device #3: Updating FW ..." does not.
 _DEVICE_HEADER = re.compile(r"^\s*Device #(\d+):\s*$")
 _UPDATING = re.compile(r"^\s*Device #(\d+): Updating FW \.\.\.")
-_FIELD = re.compile(r"^\s{1,4}([A-Za-z][A-Za-z0-9 ]*?):\s*(.*?)\s*$")
+# Values are stripped afterwards: a lazy ".*?" before "\s*$" is quadratic in a run of spaces.
+_FIELD = re.compile(r"^\s{1,4}([A-Za-z][A-Za-z0-9 ]*?):\s*(.*)$")
 _VERSION_ROW = re.compile(r"^\s{3,}([A-Za-z][A-Za-z0-9_]*)\s+(\S+)(?:\s+(\S+))?\s*$")
 _BDF = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-_STEP = re.compile(r"^\s*(\S.*?)\s+-\s+(OK|FAILED|Failed|failed|\d+%.*?)\s*$")
+_STEP = re.compile(r"^\s*(\S.*?)[ \t]{1,64}-[ \t]{1,64}(OK|FAILED|Failed|failed|\d+%.*)$")
+# ConnectX / BlueField firmware is always xx.yy.zzzz (2.42.5000, 28.44.1036): "24.99" is a cut-off 24.99.0932.
+_FW_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}\.[0-9]{4}")
+# Rows whose versions always have that form (PXE 3.6.0502, UEFI 14.26.0017 too).
+_WHOLE_FORM_ROWS = frozenset(("FW", "PXE", "UEFI"))
+# What mlxfwmanager prints in the fields of a device it could not read.
+_NO_VALUE = frozenset(("--", "---"))
+_QUERY_FAILURE = re.compile(r"fail|error|unable|cannot|can't|not open|no access", re.IGNORECASE)
 
 
 def _lines(text):
@@ -56,20 +64,43 @@ def _update_required(status):
     return None
 
 
+def _value(text):
+    """text_or_none, with mlxfwmanager's '--' (a device it could not read) as no value."""
+    value = text_or_none(text)
+    return None if value in _NO_VALUE else value
+
+
+def fw_version(text, where, field):
+    """A whole ConnectX firmware version (xx.yy.zzzz), None when absent, else ParseError naming the field."""
+    value = _value(text)
+    if value is not None and _FW_VERSION.fullmatch(value) is None:
+        raise ParseError(f"{where}: {field} {value!r} is not a whole firmware version (xx.yy.zzzz, for example 28.43.1014): the output may be cut short")
+    return value
+
+
 def _device_record(index, fields, versions, where):
     pci = fields.get("pci device name")
+    status = _value(fields.get("status"))
     fw = versions.get("FW")
-    if fw is None or text_or_none(fw["current"]) is None:
-        raise ParseError(f"mlxfwmanager: {where} has no FW current version")
-    psid = text_or_none(fields.get("psid"))
-    if psid is None:
-        raise ParseError(f"mlxfwmanager: {where} has no PSID")
-    status = text_or_none(fields.get("status"))
+    psid = _value(fields.get("psid"))
+    fw_current = _value(fw["current"]) if fw else None
+    # A device mlxfwmanager could not open: empty PSID, "--" everywhere, the reason in Status. It is
+    # reported (and never flashed) rather than failing the whole query.
+    query_failed = (psid is None or fw_current is None) and status is not None and _QUERY_FAILURE.search(status) is not None
+    if not query_failed:
+        if fw_current is None:
+            raise ParseError(f"mlxfwmanager: {where} has no FW current version")
+        if psid is None:
+            raise ParseError(f"mlxfwmanager: {where} has no PSID")
     address = _pci_address(pci)
 
     def version(name, which):
         row = versions.get(name)
-        return None if row is None else text_or_none(row[which])
+        if row is None:
+            return None
+        if name in _WHOLE_FORM_ROWS:
+            return fw_version(row[which], f"mlxfwmanager: {where}", f"{name} {which}")
+        return _value(row[which])
 
     port_macs = [fields[key] for key in sorted(fields) if re.match(r"port\d+ mac$", key)]
     port_guids = [fields[key] for key in sorted(fields) if re.match(r"port\d+ guid$", key)]
@@ -78,21 +109,22 @@ def _device_record(index, fields, versions, where):
         "pci": text_or_none(pci),
         "pci_address": address,
         "device": text_or_none(pci) if address is None else None,
-        "type": text_or_none(fields.get("device type")),
+        "type": _value(fields.get("device type")),
         "psid": psid,
-        "part_number": text_or_none(fields.get("part number")),
-        "description": text_or_none(fields.get("description")),
+        "part_number": _value(fields.get("part number")),
+        "description": _value(fields.get("description")),
         "fw_current": version("FW", "current"),
         "fw_available": version("FW", "available"),
         "pxe_current": version("PXE", "current"),
         "pxe_available": version("PXE", "available"),
         "uefi_current": version("UEFI", "current"),
         "uefi_available": version("UEFI", "available"),
-        "versions": {name: {"current": text_or_none(row["current"]), "available": text_or_none(row["available"])} for name, row in versions.items()},
+        "versions": {name: {"current": _value(row["current"]), "available": _value(row["available"])} for name, row in versions.items()},
         "status": status,
-        "update_required": _update_required(status),
-        "base_mac": text_or_none(fields.get("base mac")),
-        "base_guid": text_or_none(fields.get("base guid")),
+        "update_required": None if query_failed else _update_required(status),
+        "query_failed": query_failed,
+        "base_mac": _value(fields.get("base mac")),
+        "base_guid": _value(fields.get("base guid")),
         "port_macs": port_macs,
         "port_guids": port_guids,
     }
@@ -131,7 +163,7 @@ def _parse_blocks(lines):
             field = _FIELD.match(line)
             if field and not (in_versions and len(line) - len(line.lstrip()) >= 3):
                 key = field.group(1).strip().lower()
-                fields[key] = field.group(2)
+                fields[key] = field.group(2).strip()
                 in_versions = key == "versions"
                 i += 1
                 if key == "status":
@@ -326,7 +358,7 @@ def parse_fwmanager_xml(text):
 
 # --------------------------------------------------------------------------- flint query
 
-_KEY_VALUE = re.compile(r"^([A-Za-z][A-Za-z0-9 ()/_.-]*?):(?:\s+(.*?))?\s*$")
+_KEY_VALUE = re.compile(r"^([A-Za-z][A-Za-z0-9 ()/_.-]*?):(?:\s+(.*))?$")
 
 
 def _rom_entry(text):
@@ -372,12 +404,12 @@ def parse_flint_query(text):
         if not match:
             break
         last_key = match.group(1).strip()
-        value = match.group(2) or ""
+        value = (match.group(2) or "").strip()
         fields[last_key] = value
         if last_key == "Rom Info" and value:
             rom_lines.append(value)
-    fw_version = text_or_none(fields.get("FW Version"))
-    if fw_version is None:
+    firmware = fw_version(fields.get("FW Version"), "flint", "FW Version")
+    if firmware is None:
         raise ParseError("flint: no FW Version in the query output")
     psid = text_or_none(fields.get("PSID"))
     if psid is None:
@@ -397,7 +429,7 @@ def parse_flint_query(text):
         base_guid = guids[0]
     return {
         "image_type": text_or_none(fields.get("Image type")),
-        "fw_version": fw_version,
+        "fw_version": firmware,
         "fw_release_date": text_or_none(fields.get("FW Release Date")),
         "product_version": text_or_none(fields.get("Product Version")),
         "rom_info": [_rom_entry(entry) for entry in rom_lines if _rom_entry(entry)],
@@ -420,7 +452,8 @@ def parse_flint_query(text):
 
 # --------------------------------------------------------------------------- mlxfwreset
 
-_RESET_ROW = re.compile(r"^\s*(\d+):\s+(.*?)\s+-(Supported|Not [Ss]upported)\s*(\(default\))?\s*$")
+# Greedy description (backtracks once from the line end): a lazy one before "\s+-" is quadratic in a run of spaces.
+_RESET_ROW = re.compile(r"^\s*(\d+):[ \t]+(.*\S)[ \t]{1,64}-(Supported|Not [Ss]upported)[ \t]*(\(default\))?[ \t]*$")
 _SECTION_KEYS = {"reset-levels": "levels", "reset-types": "reset_types", "reset-sync": "reset_syncs"}
 
 
@@ -495,21 +528,26 @@ def parse_fwreset_reset(text):
     description = None
     steps = []
     errors = []
-    for number, line in enumerate(lines):
+    awaiting_level = False  # the chosen level is the first "N: ..." line after the header
+    for line in lines:
         stripped = line.strip()
         header = re.match(r"The reset level for device, (\S+) is:", stripped)
         if header:
             device = header.group(1)
-            for following in lines[number + 1 :]:
-                chosen = re.match(r"^\s*(\d+):\s+(.*?)\s*$", following)
-                if chosen:
-                    level = int(chosen.group(1))
-                    description = chosen.group(2)
-                    break
+            awaiting_level = True
             continue
-        step = re.match(r"^-I-\s+(.*?)\s+-(\w+)\s*$", stripped)
-        if step:
-            steps.append({"name": step.group(1), "result": step.group(2)})
+        if awaiting_level:
+            chosen = re.match(r"^(\d+):\s+(.*)$", stripped)
+            if chosen:
+                level = int(chosen.group(1))
+                description = chosen.group(2)
+                awaiting_level = False
+        if stripped.startswith("-I-"):
+            # "-I- Sending Reset Command To Fw             -Done": the result is the last " -word".
+            rest = stripped[3:].strip()
+            result = re.search(r"\s-(\w+)$", rest)
+            if result and stripped[3:4].isspace():
+                steps.append({"name": rest[: result.start()].strip(), "result": result.group(1)})
         elif stripped.startswith("-E-"):
             errors.append(stripped[3:].strip())
     if level is None and not steps and not errors:
@@ -573,7 +611,7 @@ def parse_mst_status(text):
                 }
             )
         elif section == "MST devices:":
-            entry = re.match(r"^(/dev/mst/\S+|\S+_pci\S*)\s+-\s+(.*?)\s*$", stripped)
+            entry = re.match(r"^(/dev/mst/\S+|\S+_pci\S*)[ \t]{1,64}-[ \t]+(.*)$", stripped)
             if entry and not line[0].isspace():
                 devices.append(
                     {
@@ -617,7 +655,7 @@ def parse_mlxconfig_query(text):
             if len(parts) == 2 and re.match(r"^[A-Z][A-Z0-9_]*(\[\d+(\.\.\d+)?\])?$", parts[0]):
                 config[parts[0]] = parts[1].strip()
             continue
-        match = re.match(r"^(Device type|Name|Description|Device|Configurations):\s*(.*?)\s*$", stripped)
+        match = re.match(r"^(Device type|Name|Description|Device|Configurations):\s*(.*)$", stripped)
         if match:
             if match.group(1) == "Configurations":
                 in_config = True

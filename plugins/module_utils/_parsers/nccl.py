@@ -21,10 +21,12 @@ import re
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 
 # "#" is optional: Markdown pastes lose it on some lines.
-_RUN_START = re.compile(r"^\s*#?\s*nThread\s+\d+\s+nGpus\s+\d+", re.MULTILINE)
+# "[ \t]" rather than "\s": "\s*#?\s*" (two adjacent unbounded runs) is quadratic in a run of
+# spaces, and "\s" would also cross blank lines from every line start.
+_RUN_START = re.compile(r"^[ \t]*(?:#[ \t]*)?nThread[ \t]+\d+[ \t]+nGpus[ \t]+\d+", re.MULTILINE)
 _DEVICE = re.compile(
-    r"^\s*#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+"
-    r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*?)\s*$"
+    r"^[ \t]*(?:#[ \t]*)?Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+"
+    r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*)$"
 )
 _COLUMNS = re.compile(r"^\s*#\s*size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s+algbw\s+busbw\s+(?P<check>#wrong|error)\b")
 _OUT_OF_BOUNDS = re.compile(r"^\s*#\s*Out of bounds values\s*:\s*(?P<n>\d+)")
@@ -126,7 +128,7 @@ def _parse_run(chunk):
                     "host": device.group("host"),
                     "device": int(device.group("device")),
                     "bus_id": device.group("bus"),
-                    "name": device.group("name"),
+                    "name": device.group("name").strip(),
                 }
             )
             continue
@@ -162,7 +164,7 @@ def parse_runs(text):
         raise ParseError("nccl-tests: empty output")
     starts = [match.start() for match in _RUN_START.finditer(text)]
     if not starts:
-        if re.search(r"^\s*USAGE:", text, re.MULTILINE):
+        if re.search(r"^[ \t]*USAGE:", text, re.MULTILINE):
             raise ParseError("nccl-tests: this is the help text (USAGE: ...), not the output of a test run")
         starts = [0]
     chunks = [text[start:end] for start, end in zip(starts, [*starts[1:], len(text)])]

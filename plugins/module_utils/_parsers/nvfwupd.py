@@ -16,11 +16,12 @@ so both versions are always kept for the caller to compare.
 from __future__ import annotations
 
 import ast
-import json
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import (
+    JsonAt,
     ParseError,
+    json_document,
     text_or_none,
 )
 
@@ -51,6 +52,10 @@ def _text(text, tool):
 
 
 def _yes_no(value, ap):
+    if isinstance(value, bool):
+        return value
+    if value is not None and not isinstance(value, str):
+        raise ParseError(f"nvfwupd show_version: Up-To-Date of {ap} is {type(value).__name__} {value!r}, expected Yes or No")
     value = (value or "").strip()
     if value.lower() == "yes":
         return True
@@ -61,25 +66,42 @@ def _yes_no(value, ap):
     raise ParseError(f"nvfwupd show_version: Up-To-Date of {ap} is {value!r}, expected Yes or No")
 
 
+def _literal(value):
+    """ast.literal_eval that answers None for anything it cannot read (deep nesting included)."""
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
 def _packages(value):
     """A package list printed as a Python list ("['A', 'B']") or a JSON list -> names."""
     if isinstance(value, list):
         return [str(item) for item in value]
+    if value is not None and not isinstance(value, str):
+        raise ParseError(f"nvfwupd: the package list is {type(value).__name__} {value!r}, expected a list of names")
     value = (value or "").strip()
-    try:
-        parsed = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        parsed = None
+    parsed = _literal(value)
     if isinstance(parsed, (list, tuple)):
         return [str(item).strip() for item in parsed]
-    return re.findall(r"'([^']*)'", value) or ([value] if value else [])
+    return re.findall(r"'([^'\n]*)'", value) or ([value] if value else [])
 
 
 def _int_or_none(value):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
     try:
         return int(str(value).strip())
-    except (TypeError, ValueError):
+    except ValueError:
         return None
+
+
+def _json_text(obj, key, tool):
+    """obj[key] when it is text, None when absent or null; ParseError for another JSON type."""
+    value = obj.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ParseError(f"nvfwupd {tool}: {key} is {type(value).__name__} {value!r}, expected text")
 
 
 def _system_field(system, key, value):
@@ -88,8 +110,12 @@ def _system_field(system, key, value):
         system[name] = _packages(value)
     elif name == "error_code":
         system[name] = _int_or_none(value)
+    elif value is None or isinstance(value, str):
+        system[name] = text_or_none(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        system[name] = value
     else:
-        system[name] = text_or_none(value) if isinstance(value, str) or value is None else value
+        raise ParseError(f"nvfwupd show_version: {key} is {type(value).__name__} {value!r}, expected text")
 
 
 def _split_row(line, starts):
@@ -118,15 +144,22 @@ def _split_row(line, starts):
     return [cell for _start, cell in cells]
 
 
+def _cell_text(cells, key, ap):
+    value = cells.get(key)
+    if value is None or isinstance(value, str):
+        return text_or_none(value)
+    raise ParseError(f"nvfwupd show_version: {key} of {ap!r} is {type(value).__name__} {value!r}, expected text")
+
+
 def _component(cells, ap_hint=None):
-    ap = text_or_none(cells.get("ap"))
+    ap = _cell_text(cells, "ap", None)
     if ap is None:
         raise ParseError("nvfwupd show_version: a component row has no AP Name%s" % (ap_hint or ""))
     return {
         "ap": ap,
-        "sys_version": text_or_none(cells.get("sys_version")),
-        "pkg_version": text_or_none(cells.get("pkg_version")),
-        "staged_version": text_or_none(cells.get("staged_version")),
+        "sys_version": _cell_text(cells, "sys_version", ap),
+        "pkg_version": _cell_text(cells, "pkg_version", ap),
+        "staged_version": _cell_text(cells, "staged_version", ap),
         "up_to_date": _yes_no(cells.get("up_to_date"), ap),
     }
 
@@ -191,7 +224,12 @@ def _systems_from_json(document):
             if key != "Firmware Devices":
                 _system_field(system, key, value)
         components = []
-        for row in obj.get("Firmware Devices") or []:
+        rows = obj.get("Firmware Devices") or []
+        if not isinstance(rows, list):
+            raise ParseError(f"nvfwupd show_version -j: 'Firmware Devices' is {type(rows).__name__}, expected a list")
+        for row in rows:
+            if not isinstance(row, dict):
+                raise ParseError(f"nvfwupd show_version -j: a 'Firmware Devices' entry is {type(row).__name__} {row!r}, expected an object")
             cells = {_COLUMN_KEYS.get(k.lower()): v for k, v in row.items() if _COLUMN_KEYS.get(k.lower())}
             components.append(_component(cells))
         systems.append({"system": system, "components": components, "table_seen": True})
@@ -199,11 +237,18 @@ def _systems_from_json(document):
 
 
 def _json_document(text):
-    """The JSON document nvfwupd -j printed (after a prompt line, maybe), or None."""
-    for match in re.finditer(r"(?m)^\s*[\[{]", text):
+    """The JSON document nvfwupd -j printed (after a prompt line, maybe), or None.
+
+    Decoded in place (no copy of the rest of the text per candidate line: that was quadratic).
+    """
+    read_until = 0  # a failed decode read up to here: a candidate before it is part of that broken text
+    for match in re.finditer(r"(?m)^[ \t]*[\[{]", text):
+        if match.end() - 1 < read_until:
+            continue
         try:
-            document, _end = json.JSONDecoder().raw_decode(text[match.end() - 1 :])
-        except ValueError:
+            document, _end = json_document(text, "nvfwupd show_version -j", match.end() - 1)
+        except JsonAt as exc:
+            read_until = exc.end
             continue
         return document
     return None
@@ -242,7 +287,7 @@ def parse_show_version_full(text):
     if len(systems) != 1:
         raise ParseError(f"nvfwupd show_version: the output holds {len(systems)} systems; read it with parse_show_version_systems")
     system = systems[0]
-    error_code = re.findall(r"(?m)^\s*Error Code:\s*(-?\d+)", text)
+    error_code = re.findall(r"(?m)^[ \t]*Error Code:[ \t]*(-?\d+)", text)
     if "error_code" not in system["system"] and error_code:
         system["system"]["error_code"] = int(error_code[-1])
     return system
@@ -275,6 +320,13 @@ def _task_status(state, task_status):
     return "unknown"
 
 
+def _task_id(obj, tool):
+    task_id = obj.get("Id")
+    if task_id is None or isinstance(task_id, str) or (isinstance(task_id, int) and not isinstance(task_id, bool)):
+        return task_id
+    raise ParseError(f"nvfwupd {tool}: task Id is {type(task_id).__name__} {task_id!r}, expected text")
+
+
 def _new_task(tasks, order, task_id, target=None):
     key = str(task_id) if task_id is not None else f"#{len(order)}"
     if key not in tasks:
@@ -295,25 +347,29 @@ def _new_task(tasks, order, task_id, target=None):
     return tasks[key]
 
 
-def _apply_redfish_task(task, obj):
-    task["state"] = obj.get("TaskState", task["state"])
-    task["task_status"] = obj.get("TaskStatus", task["task_status"])
+def _apply_redfish_task(task, obj, tool):
+    for key, name in (("TaskState", "state"), ("TaskStatus", "task_status"), ("StartTime", "start_time"), ("EndTime", "end_time")):
+        if key in obj:
+            task[name] = _json_text(obj, key, tool)
     if obj.get("PercentComplete") is not None:
         task["percent_complete"] = _int_or_none(obj.get("PercentComplete"))
-    task["start_time"] = obj.get("StartTime", task["start_time"])
-    task["end_time"] = obj.get("EndTime", task["end_time"])
     messages = obj.get("Messages")
+    if messages is not None and not isinstance(messages, list):
+        raise ParseError(f"nvfwupd {tool}: Messages of task {obj.get('Id')!r} is {type(messages).__name__}, expected a list")
     if isinstance(messages, list):
-        task["messages"] = [_message(m) for m in messages if isinstance(m, dict)]
+        task["messages"] = [_message(m, tool) for m in messages if isinstance(m, dict)]
 
 
-def _message(obj):
+def _message(obj, tool):
+    args = obj.get("MessageArgs") or []
+    if not isinstance(args, list):
+        raise ParseError(f"nvfwupd {tool}: MessageArgs is {type(args).__name__} {args!r}, expected a list")
     return {
-        "message_id": obj.get("MessageId"),
-        "message": obj.get("Message"),
-        "message_args": obj.get("MessageArgs") or [],
-        "resolution": obj.get("Resolution"),
-        "severity": obj.get("Severity"),
+        "message_id": _json_text(obj, "MessageId", tool),
+        "message": _json_text(obj, "Message", tool),
+        "message_args": [arg if isinstance(arg, str) else str(arg) for arg in args],
+        "resolution": _json_text(obj, "Resolution", tool),
+        "severity": _json_text(obj, "Severity", tool),
     }
 
 
@@ -416,40 +472,57 @@ def _state_from_messages(task):
             task["state"], task["task_status"] = _TASK_END_EVENTS[event]
 
 
+# A job status dict is a few lines: looking further for its "}" would rescan the output per job line.
+_DICT_LINES = 64
+
+
 def _python_dict_after(lines, number):
     """The pprint'ed dict that starts on lines[number] ("{'detail': ..."), or None."""
+    if number >= len(lines) or not lines[number].lstrip().startswith("{"):
+        return None
     block = []
-    for line in lines[number:]:
+    for line in lines[number : number + _DICT_LINES]:
         block.append(line.strip())
         if line.rstrip().endswith("}"):
-            try:
-                value = ast.literal_eval(" ".join(block))
-            except (ValueError, SyntaxError):
-                return None
+            value = _literal(" ".join(block))
             return value if isinstance(value, dict) else None
     return None
 
 
-def _json_object_at(text, offset):
+def _json_object_at(text, offset, tool):
+    """(the JSON object at offset or None, how far the decoder read)."""
     try:
-        value, _end = json.JSONDecoder().raw_decode(text[offset:])
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+        value, end = json_document(text, tool, offset)
+    except JsonAt as exc:
+        return None, exc.end
+    return (value if isinstance(value, dict) else None), end
 
 
 def _find_key(obj, key):
-    """Every value of ``key`` anywhere in a JSON document."""
+    """Every value of ``key`` anywhere in a JSON document (iterative: documents can nest deep)."""
     found = []
-    if isinstance(obj, dict):
-        for name, value in obj.items():
-            if name == key:
-                found.append(value)
-            found.extend(_find_key(value, key))
-    elif isinstance(obj, list):
-        for value in obj:
-            found.extend(_find_key(value, key))
+    pending = [obj]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            for name, value in node.items():
+                if name == key:
+                    found.append(value)
+                pending.append(value)
+        elif isinstance(node, list):
+            pending.extend(node)
     return found
+
+
+# The per-line patterns of update_fw / show_update_progress output, compiled once.
+_TASK_STARTED = re.compile(r"^FW update started, Task Id:\s*(\S+)")
+_TASK_INFO = re.compile(r"^Task Info for Id:\s*(\S+)")
+_TASK_CREATED = re.compile(r"^FW update task was created with ID\s*(\S+)")
+_JOB_STATUS = re.compile(r"^Status for Job Id:?\s*(\S+?):?$")
+_STARTING_FOR = re.compile(r"^Starting FW update for:\s*(.+)$")
+_FW_PACKAGE = re.compile(r"^FW package:\s*(.+)$")
+_TIME_TAKEN = re.compile(r"^Overall Time Taken:\s*(\S+)")
+_TASK_PAIR = re.compile(r"^(TaskState|PercentComplete|TaskStatus|StartTime|EndTime):\s*(.*?)$")
 
 
 def _parse_tasks(text, tool):
@@ -466,7 +539,8 @@ def _parse_tasks(text, tool):
     packages = []
     targets = []
     elapsed = None
-    error_codes = re.findall(r"(?m)^\s*Error Code:\s*(-?\d+)", text)
+    error_codes = re.findall(r"(?m)^[ \t]*Error Code:[ \t]*(-?\d+)", text)
+    read_until = 0
     offsets = []
     position = 0
     for line in lines:
@@ -476,10 +550,10 @@ def _parse_tasks(text, tool):
         stripped = line.strip()
         if not stripped:
             continue
-        started = re.match(r"^FW update started, Task Id:\s*(\S+)", stripped)
-        info = re.match(r"^Task Info for Id:\s*(\S+)", stripped)
-        created = re.match(r"^FW update task was created with ID\s*(\S+)", stripped)
-        job = re.match(r"^Status for Job Id:?\s*(\S+?):?$", stripped)
+        started = _TASK_STARTED.match(stripped)
+        info = _TASK_INFO.match(stripped)
+        created = _TASK_CREATED.match(stripped)
+        job = _JOB_STATUS.match(stripped)
         if started or info or created:
             task_id = (started or info or created).group(1)
             current = _new_task(tasks, order, task_id, targets[-1] if created and targets else None)
@@ -488,23 +562,24 @@ def _parse_tasks(text, tool):
             current = _new_task(tasks, order, job.group(1))
             status = _python_dict_after(lines, number + 1)
             if status is not None:
-                current["state"] = status.get("state")
-                current["message"] = text_or_none(status.get("status") or status.get("detail") or "")
+                current["state"] = status.get("state") if isinstance(status.get("state"), str) else None
+                message = status.get("status") or status.get("detail") or ""
+                current["message"] = text_or_none(message) if isinstance(message, str) else None
                 current["percent_complete"] = _int_or_none(status.get("percentage"))
             continue
-        starting = re.match(r"^Starting FW update for:\s*(.+)$", stripped)
+        starting = _STARTING_FOR.match(stripped)
         if starting:
             targets.append(starting.group(1).strip())
             continue
-        package = re.match(r"^FW package:\s*(.+)$", stripped)
+        package = _FW_PACKAGE.match(stripped)
         if package:
             packages.extend(p.strip() for p in _packages(package.group(1)))
             continue
-        took = re.match(r"^Overall Time Taken:\s*(\S+)", stripped)
+        took = _TIME_TAKEN.match(stripped)
         if took:
             elapsed = took.group(1)
             continue
-        pair = re.match(r"^(TaskState|PercentComplete|TaskStatus|StartTime|EndTime):\s*(.*?)$", stripped)
+        pair = _TASK_PAIR.match(stripped)
         if pair and current is not None:
             key, value = pair.group(1), pair.group(2)
             if key == "TaskState":
@@ -519,33 +594,40 @@ def _parse_tasks(text, tool):
                 current["end_time"] = value
             continue
         brace = line.find("{")
-        if brace >= 0 and ((stripped.startswith("{") and '"' in line) or stripped.startswith("Overall Task Status:")):
-            obj = _json_object_at(text, offsets[number] + brace)
+        if brace >= 0 and offsets[number] + brace >= read_until and ((stripped.startswith("{") and '"' in line) or stripped.startswith("Overall Task Status:")):
+            # Lines inside a document already read (or a broken one already tried) are not read again.
+            obj, read_until = _json_object_at(text, offsets[number] + brace, tool)
             if obj is None:
                 continue
             json_documents.append(obj)
             if "TaskState" in obj or ("Messages" in obj and "Id" in obj):
-                task_id = obj.get("Id")
+                task_id = _task_id(obj, tool)
                 task = current if task_id is None and current is not None else _new_task(tasks, order, task_id)
-                _apply_redfish_task(task, obj)
+                _apply_redfish_task(task, obj, tool)
     if not json_documents and text.lstrip().startswith("{"):
-        obj = _json_object_at(text, text.find("{"))
+        obj, _end = _json_object_at(text, text.find("{"), tool)
         if obj is not None:
             json_documents.append(obj)
     for document in json_documents:
         if "Output" in document and isinstance(document.get("Output"), list):
             if document.get("Error Code") is not None:
-                error_codes.append(str(document.get("Error Code")))
+                code = _int_or_none(document.get("Error Code"))
+                if code is None:
+                    raise ParseError(f"nvfwupd {tool}: Error Code is {document.get('Error Code')!r}, expected a number")
+                error_codes.append(str(code))
             if isinstance(document.get("Error"), list):
                 errors.extend(str(error) for error in document["Error"])
             for output in document["Output"]:
                 if not isinstance(output, dict):
                     continue
                 if "TaskState" in output:
-                    _apply_redfish_task(_new_task(tasks, order, output.get("Id")), output)
-                for message in output.get("Messages") or []:
-                    if isinstance(message, dict) and (message.get("MessageId") or "").endswith("Task.1.0.New"):
-                        for arg in message.get("MessageArgs") or []:
+                    _apply_redfish_task(_new_task(tasks, order, _task_id(output, tool)), output, tool)
+                messages = output.get("Messages") or []
+                for message in messages if isinstance(messages, list) else []:
+                    message_id = message.get("MessageId") if isinstance(message, dict) else None
+                    if isinstance(message_id, str) and message_id.endswith("Task.1.0.New"):
+                        args = message.get("MessageArgs") or []
+                        for arg in args if isinstance(args, list) else []:
                             task = _new_task(tasks, order, str(arg).rstrip("/").rsplit("/", 1)[-1])
                             task["state"] = task["state"] or "New"  # created, not yet polled (-b)
         for value in _find_key(document, "RebootRequired"):

@@ -23,6 +23,7 @@ import xml.etree.ElementTree as ET
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import (
     ParseError,
+    driver_version,
     missing,
     number_or_none,
     text_or_none,
@@ -63,9 +64,7 @@ _TEXT_REASON_NAMES = {
 
 _REASON_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
-_DRIVER_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)*$")
 _DTD_VERSION = re.compile(r"nvsmi_device_v(\d+)\.dtd")
-_TEXT_LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>\S.*?)\s*:(?:\s(?P<value>.*))?$")
 _GPU_HEADER = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
 _HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
 _BRACKET_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")
@@ -106,16 +105,18 @@ def _bool(value):
     return None
 
 
-def _version(value, tool, what):
-    """A driver version ("535.161.08"), None when absent; a ParseError when it does not parse."""
+def _version(value, tool, what, terminated=True):
+    """A whole driver version ("535.161.08", "595.80"), None when absent; a ParseError otherwise.
+
+    terminated: what nvidia-smi prints after the value was seen (the closing tag, the newline);
+    without it a two-part value may be a cut-off three-part one.
+    """
     text = text_or_none(value)
     if text is None:
         return None
     # R610 prints "610.62 [Deprecated; will be removed in CUDA 14.0. Use KMD Version instead]"
     text = _BRACKET_NOTE.sub("", text)
-    if not _DRIVER_VERSION.match(text):
-        raise ParseError(f"{tool}: {what} {text!r} is not a driver version")
-    return text
+    return driver_version(text, tool, what, terminated=terminated)
 
 
 def _cuda_version(value):
@@ -512,14 +513,32 @@ class _Node:
         return _num(self.text(*keys))
 
     def find(self, key):
-        """The first node labelled key anywhere below (depth first), or None."""
-        for c in self.children:
-            if c.key == key:
-                return c
-            found = c.find(key)
-            if found is not None:
-                return found
+        """The first node labelled key anywhere below (depth first), or None; iterative: indentation can nest deep."""
+        pending = list(reversed(self.children))
+        while pending:
+            node = pending.pop()
+            if node.key == key:
+                return node
+            pending.extend(reversed(node.children))
         return None
+
+
+def _text_line(line):
+    """(key, value) of a "Key : value" line, or None: the key ends at the first colon followed by a space or the end.
+
+    By hand rather than a regex: a lazy key before "\\s*:" is quadratic in a run of spaces.
+    """
+    body = line.strip()
+    position = 0
+    while True:
+        colon = body.find(":", position)
+        if colon < 0:
+            return None
+        if colon + 1 == len(body) or body[colon + 1].isspace():
+            key = body[:colon].rstrip()
+            if key:
+                return key, body[colon + 2 :]
+        position = colon + 1
 
 
 def _text_tree(text):
@@ -532,9 +551,9 @@ def _text_tree(text):
             continue
         line = line.expandtabs(4)
         indent = len(line) - len(line.lstrip())
-        match = _TEXT_LINE.match(line)
-        if match:
-            node = _Node(match.group("key").strip(), match.group("value") if match.group("value") is not None else "")
+        pair = _text_line(line)
+        if pair:
+            node = _Node(pair[0], pair[1])
         else:
             node = _Node(stripped, None)
         while stack[-1][0] >= indent:
@@ -722,10 +741,13 @@ def parse_query_text(text, strict=True):
     if text is None or not text.strip():
         raise ParseError(f"{TEXT_TOOL}: empty output")
     root = _text_tree(text)
+    # A last line without its newline may be cut: "Driver Version : 535.86" of 535.86.05.
+    cut = None if text.endswith(("\n", "\r")) else _text_line(text.splitlines()[-1])
+    cut_key = " ".join(cut[0].lower().split()) if cut else None
     # R610 on some platforms: "Driver Version : 610.62 [Deprecated; ... Use KMD Version instead]"
     driver_version = _first(
-        _version(root.text("kmd version"), TEXT_TOOL, "KMD Version"),
-        _version(root.text("driver version"), TEXT_TOOL, "Driver Version"),
+        _version(root.text("kmd version"), TEXT_TOOL, "KMD Version", terminated=cut_key != "kmd version"),
+        _version(root.text("driver version"), TEXT_TOOL, "Driver Version", terminated=cut_key != "driver version"),
     )
     if driver_version is None and strict:
         raise ParseError(f"{TEXT_TOOL}: no 'Driver Version' (nor 'KMD Version') line: not nvidia-smi -q output, or an excerpt")

@@ -13,22 +13,26 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, number_or_none, text_or_none
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, driver_version, number_or_none, text_or_none
 
-_DRIVER_VERSION = re.compile(r"^\d+\.\d+(?:\.\d+)*$")
+PROC_TOOL = "/proc/driver/nvidia/version"
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  384.98  Thu Oct 26 15:16:01 PDT 2017"
 # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  525.60.11  Release Build  (builder@host)  <date>"
-_NVRM_LINE = re.compile(
-    r"^NVRM version:\s*NVIDIA UNIX\s+(?P<module>.*?Kernel Module(?:\s+for\s+\S+)?)\s+(?P<version>\d+\.\d+(?:\.\d+)*)(?:\s+(?P<rest>.*?))?\s*$",
-    re.MULTILINE,
-)
+# Read piece by piece (no regex with several unbounded parts over the line: linear in its length).
+_NVRM_HEAD = re.compile(r"^NVRM version:[ \t]*NVIDIA UNIX[ \t]+", re.MULTILINE)
+_KERNEL_MODULE = "Kernel Module"
+_FOR_ARCH = re.compile(r"[ \t]+for[ \t]+\S+")
+_TOKEN = re.compile(r"[ \t]+(\S+)")
+# Jetson (L4T) prints its L4T release, always three parts: "35.3.1".
+_L4T_VERSION = re.compile(r"[1-9][0-9]\.[0-9]{1,2}\.[0-9]{1,2}")
 _ARCH_FOR = re.compile(r"\bfor\s+(?P<arch>\S+)$")
 _ARCH_BEFORE = re.compile(r"^(?P<arch>\S+)\s+(?:Open\s+)?Kernel Module")
 _BUILD = re.compile(r"^(?:(?P<type>Release|Debug|Develop)\s+Build\s*)?(?:\((?P<builder>[^)]*)\)\s*)?(?P<date>.*)$")
-_GCC_LINE = re.compile(r"^GCC version:\s*(?P<compiler>.*?)\s*$", re.MULTILINE)
+_GCC_LINE = re.compile(r"^GCC version:[ \t]*(?P<compiler>[^\n]*)", re.MULTILINE)
 
-_KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z][\w .-]*?):\s*(?P<value>.*?)\s*$")
+# The value is stripped afterwards: a lazy ".*?" before "\s*$" is quadratic in a run of spaces.
+_KEY_VALUE = re.compile(r"^(?P<key>[A-Za-z][\w .-]*?):\s*(?P<value>.*)$")
 
 
 def parse_driver_version(text):
@@ -39,17 +43,37 @@ def parse_driver_version(text):
     ``compiler`` the text after ``GCC version:`` or None. On Jetson (L4T) the version is the L4T
     release, not a desktop driver branch. Raises ParseError without an ``NVRM version`` line.
     """
-    match = _NVRM_LINE.search(text or "")
-    if not match:
-        raise ParseError("/proc/driver/nvidia/version: no 'NVRM version: NVIDIA UNIX ... Kernel Module <version>' line")
-    module = match.group("module")
+    text = text or ""
+    head = _NVRM_HEAD.search(text)
+    if not head:
+        raise ParseError(f"{PROC_TOOL}: no 'NVRM version: NVIDIA UNIX ... Kernel Module <version>' line")
+    line_end = text.find("\n", head.end())
+    line = text[head.end() : line_end if line_end >= 0 else len(text)].rstrip("\r")
+    position = line.find(_KERNEL_MODULE)
+    if position < 0:
+        raise ParseError(f"{PROC_TOOL}: no 'Kernel Module' in the NVRM version line {line[:200]!r}")
+    position += len(_KERNEL_MODULE)
+    arch_for = _FOR_ARCH.match(line, position)
+    if arch_for:
+        position = arch_for.end()
+    module = line[:position]
+    token = _TOKEN.match(line, position)
+    if not token:
+        raise ParseError(f"{PROC_TOOL}: no version after 'Kernel Module' in {line[:200]!r}")
+    version = token.group(1)
+    rest = line[token.end() :]
+    # The build type or date follows the version; at the end of the text the version may be cut.
+    terminated = rest[:1].isspace() or line_end >= 0
     arch = _ARCH_FOR.search(module) or _ARCH_BEFORE.match(module)
-    build = _BUILD.match(match.group("rest") or "")
+    arch = arch.group("arch") if arch else None
+    if not (terminated and arch == "aarch64" and _L4T_VERSION.fullmatch(version)):
+        driver_version(version, PROC_TOOL, "NVRM version", terminated=terminated)
+    build = _BUILD.match(rest.strip())
     compiler = _GCC_LINE.search(text)
     return {
-        "version": match.group("version"),
+        "version": version,
         "flavor": "open" if re.search(r"\bOpen\b", module) else "proprietary",
-        "arch": arch.group("arch") if arch else None,
+        "arch": arch,
         "build_date": text_or_none(build.group("date")),
         "compiler": text_or_none(compiler.group("compiler")) if compiler else None,
     }
@@ -75,18 +99,21 @@ def parse_modinfo(text):
     modinfo's own error message.
     """
     fields = {}
-    for line in (text or "").splitlines():
-        match = _KEY_VALUE.match(line)
+    version_terminated = False
+    for line in (text or "").splitlines(keepends=True):
+        match = _KEY_VALUE.match(line.rstrip("\r\n"))
         if match:
-            fields.setdefault(match.group("key").strip(), []).append(match.group("value"))
+            key = match.group("key").strip()
+            if key == "version" and key not in fields:
+                version_terminated = line.endswith(("\n", "\r"))  # a last line without newline may be cut
+            fields.setdefault(key, []).append(match.group("value").strip())
     if not fields:
         raise ParseError(f"modinfo nvidia: no 'key: value' lines in output: {(text or '').strip()[:200]!r}")
     version = text_or_none((fields.get("version") or [None])[0])
     if version is None:
         first_line = (text or "").strip().splitlines()[0]
         raise ParseError(f"modinfo nvidia: no 'version:' line (module not found, or output damaged): {first_line[:200]!r}")
-    if not _DRIVER_VERSION.match(version):
-        raise ParseError(f"modinfo nvidia: version {version!r} is not a driver version")
+    driver_version(version, "modinfo nvidia", "version", terminated=version_terminated)
     license_text = text_or_none((fields.get("license") or [None])[0])
     depends = (fields.get("depends") or [""])[0]
 
@@ -106,7 +133,7 @@ def parse_modinfo(text):
     }
 
 
-_LSMOD_LINE = re.compile(r"^(?P<module>[\w-]+)\s+(?P<size>\d+)\s+(?P<count>-?\d+)(?:\s+(?P<used_by>\S.*?))?\s*$")
+_LSMOD_LINE = re.compile(r"^(?P<module>[\w-]+)\s+(?P<size>\d+)\s+(?P<count>-?\d+)(?:\s+(?P<used_by>\S.*))?$")
 
 
 def parse_lsmod(text):
@@ -124,10 +151,10 @@ def parse_lsmod(text):
         if re.match(r"^Module\s+Size\s+Used by", line):
             header = True
             continue
-        match = _LSMOD_LINE.match(line)
+        match = _LSMOD_LINE.match(line.rstrip())
         if not match:
             raise ParseError(f"lsmod: cannot read line {line.strip()!r}")
-        used_by = [name for name in (match.group("used_by") or "").split(",") if name and not name.startswith("[")]
+        used_by = [name for name in (match.group("used_by") or "").strip().split(",") if name and not name.startswith("[")]
         modules[match.group("module")] = {
             "size": int(match.group("size")),
             "used_by_count": int(match.group("count")),
@@ -155,6 +182,9 @@ _GPU_INFO_KEYS = {
     "Blacklisted": "excluded",  # older drivers' name for the same flag
 }
 _GPU_INFO_NUMBERS = ("irq", "dma_size_bits", "device_minor")
+_GPU_INFO_TOOL = "/proc/driver/nvidia/gpus/*/information"
+# A VBIOS version is five hex pairs (86.02.40.00.48, 96.00.74.00.0D): "86.0" is a cut-off one.
+_VBIOS = re.compile(r"[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f]{2}){4}")
 
 
 def _blank_gpu():
@@ -185,6 +215,11 @@ def parse_gpus_information(text):
         value = text_or_none(match.group("value"))
         if key in _GPU_INFO_NUMBERS:
             value = number_or_none(value.split()[0]) if value else None
+        elif key == "vbios_version" and value is not None and not _VBIOS.fullmatch(value):
+            raise ParseError(
+                f"{_GPU_INFO_TOOL}: Video BIOS {value!r} is not a whole VBIOS version (five hex pairs, for example 96.00.74.00.0D): "
+                "the output may be cut short"
+            )
         elif key == "excluded":
             value = None if value is None else value.lower() in ("yes", "true", "1")
         gpus[-1][key] = value
@@ -211,13 +246,15 @@ def parse_container_cli_info(text):
     Raises ParseError without an ``NVRM version:`` line holding a driver version.
     """
     result = {"driver_version": None, "cuda_version": None, "devices": []}
-    for line in (text or "").splitlines():
+    terminated = False
+    for line in (text or "").splitlines(keepends=True):
         match = _KEY_VALUE.match(line.strip())
         if not match:
             continue
         key, value = match.group("key"), text_or_none(match.group("value"))
         if key == "NVRM version":
             result["driver_version"] = value
+            terminated = line.endswith(("\n", "\r"))  # a last line without newline may be cut
         elif key == "CUDA version":
             result["cuda_version"] = value
         elif key in _CONTAINER_DEVICE_KEYS:
@@ -227,6 +264,7 @@ def parse_container_cli_info(text):
                 continue
             name = _CONTAINER_DEVICE_KEYS[key]
             result["devices"][-1][name] = number_or_none(value) if name in ("index", "minor") else value
-    if not result["driver_version"] or not _DRIVER_VERSION.match(result["driver_version"]):
+    if not result["driver_version"]:
         raise ParseError("nvidia-container-cli info: no 'NVRM version: <driver version>' line")
+    driver_version(result["driver_version"], "nvidia-container-cli info", "NVRM version", terminated=terminated)
     return result

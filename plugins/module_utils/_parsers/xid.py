@@ -17,19 +17,21 @@ from __future__ import annotations
 
 import re
 
-# The part every Xid/SXid line shares; what follows the number is the message.
+# The part every Xid/SXid line shares; what follows the number is the message. Every quantifier
+# that a search restarts at each "Xid (" of a line is bounded (a location is "PCI:0000:01:00 GPU-I:05"),
+# so a line of repeated "Xid (" costs linear time, not quadratic.
 _EVENT = re.compile(
-    r"\b(?P<sxid>S?)Xid\s*\((?P<location>[^)]*)\):\s*(?P<code>[^\s,]+)\s*(?:,\s*|$)(?P<body>.*)$",
+    r"\b(?P<sxid>S?)Xid[ \t]{0,8}\((?P<location>[^)\n]{0,64})\):[ \t]{0,8}(?P<code>[^\s,]{1,16})[ \t]{0,8}(?:,\s*|$)(?P<body>.*)$",
 )
 _LOCATION = re.compile(r"^(?:PCI:)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)(?:\s+GPU-I:\s*(?P<gi>\d+))?")
-_PID = re.compile(r"^pid=(?P<pid>'[^']*'|\S+?)\s*(?:,\s*|$)")
+_PID = re.compile(r"^pid=(?P<pid>'[^']{0,64}'|[^\s,]{1,64})\s*(?:,\s*|$)")
 # Process names may contain spaces ("KMS thread") and colons ("ray::WorkerDict"): up to the next comma.
-_NAME = re.compile(r"^name=(?P<name>[^,]*?)\s*(?:,\s*|$)")
+_NAME = re.compile(r"^name=(?P<name>[^,]{0,256}?)\s*(?:,\s*|$)")
 
 _KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[^;]*;")
-_BRACKET = re.compile(r"\[\s*(?P<ts>[^\]]*?)\s*\]")
+_BRACKET = re.compile(r"\[[ \t]{0,16}(?P<ts>[^\]]{0,64}?)[ \t]{0,16}\]")
 _DMESG_DECODE = re.compile(r"^[a-z]+\s*:\s*[a-z]+\s*:\s*")  # "kern  :warn  : " from dmesg --decode
-_TAG = re.compile(r"[\w.-]+:\s*$")  # the "NVRM: " or "nvidia-nvswitch0: " just before "Xid"
+_TAG = re.compile(r"[\w.-]{1,64}:[ \t]*$")  # the "NVRM: " or "nvidia-nvswitch0: " just before "Xid"
 _ISO = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)")
 _SYSLOG = re.compile(r"^(?P<ts>[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d)")
 _UNKNOWN = frozenset(("<unknown>", "'<unknown>'", "unknown", ""))

@@ -126,6 +126,21 @@ def test_check_mode_reports_the_same_and_changes_nothing(commands, node, run_mod
     assert result["ansible_facts"]["gpufleet"]["driver"]["version"] == "550.90.07"
 
 
+def test_nic_that_mlxfwmanager_could_not_open_is_reported_not_fatal(commands, node, run_module):
+    """Issue 8: one device 'Failed to open device' beside healthy ones: reported with its status, the rest still read."""
+    full_node(commands, node)
+    failed_xml = (FIXTURES.parent / "mlx" / "mlxfwmanager_query_one-device-failed-to-open_own.xml").read_text()
+    commands.on(["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"], rc=1, stdout=failed_xml)
+    result = run_module(gpu_facts.main, {"gather_subset": ["nics"]})
+    nics = result["ansible_facts"]["gpufleet"]["nics"]
+    assert [(nic["pci"], nic["psid"], nic["fw_current"], nic["status"], nic["query_failed"]) for nic in nics] == [
+        ("/dev/mst/mt4129_pciconf0", "MT_0000000834", "28.40.1000", "Update required", False),
+        ("/dev/mst/mt4129_pciconf1", None, None, "Failed to open device", True),
+        ("0000:0d:00.0", "MT_0000000359", "22.43.1014", "Up to date", False),
+    ]
+    assert nics[1]["update_required"] is None
+
+
 def test_gather_subset_limits_processes(commands, node, run_module):
     full_node(commands, node)
     result = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus"]})

@@ -381,9 +381,13 @@ def test_bad_json_is_a_parse_error(document, message):
         dcgm.parse_diag(document)
 
 
+_BORDER = "+---------------------------+------------------------------------------------+\n"
+
+
 def _table(*rows):
     header = "| Diagnostic                | Result                                         |\n"
-    return header + "".join(f"| {name:<25} | {value:<46} |\n" for name, value in rows)
+    # dcgmi closes the table with a border: without it the table may be cut short.
+    return header + "".join(f"| {name:<25} | {value:<46} |\n" for name, value in rows) + (_BORDER if rows else "")
 
 
 @pytest.mark.parametrize(
@@ -424,3 +428,61 @@ def test_own_json_fixtures_follow_dcgm_schema(name):
     schema = json.loads(_real("dcgmi/SCHEMA_dcgm_diag_schema_DCGM-repo.json"))
     # The schema names no draft ("http://json-schema.org/schema#"): pick one instead of letting jsonschema guess.
     jsonschema.Draft7Validator(schema).validate(json.loads(_read(OWN / "dcgm" / name)))
+
+
+# ---------------------------------------------------------------- issue 8: cut tables, odd JSON
+
+
+def _line_prefixes(text):
+    lines = text.splitlines(keepends=True)
+    return ["".join(lines[:count]) for count in range(1, len(lines))]
+
+
+@pytest.mark.parametrize("path", real_params("dcgmi/dcgmi_diag_*") + real_params("empovit_nvidia-tools/dcgmi/samples/dcgmi-diag.log"))
+def test_diag_cut_at_a_line_boundary_is_never_a_better_result(path):
+    """Issue 8: without the end of the table the result is unknown (ParseError), never pass; a FAIL seen stays fail."""
+    text = _read(path)
+    whole = dcgm.parse_diag(text)["result"]
+    for prefix in _line_prefixes(text):
+        try:
+            result = dcgm.parse_diag(prefix)["result"]
+        except ParseError as exc:
+            assert str(exc).startswith("dcgmi diag")
+            continue
+        assert result == "fail", f"{result} from a cut table ({whole} when whole): {prefix[-200:]!r}"
+
+
+def test_diag_cut_before_a_failing_row_is_a_parse_error():
+    text = _table(("PCIe", "Pass - All"), ("GPU Memory", "Fail - GPU: 3"))
+    cut = text[: text.index("| GPU Memory")]
+    with pytest.raises(ParseError, match="cut short"):
+        dcgm.parse_diag(cut)
+    assert dcgm.parse_diag(text)["result"] == "fail"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"DCGM Diagnostic": {"test_categories": ["Deployment"]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": "t"}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [["t"]]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "results": {"status": "Pass"}}]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "results": ["Pass"]}]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "results": [{"status": ["Pass"]}]}]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "results": [{"status": "Pass", "warnings": 5}]}]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "results": [{"status": "Pass", "gpu_ids": {"a": 1}}]}]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "test_summary": {"status": {}}}]}]}}',
+        '{"DCGM Diagnostic": {"test_categories": [{"category": "X", "tests": [{"name": "t", "results": [{"status": "Pass"}]}]}]}, "metadata": {"version": 3}}',
+        '{"DCGM Diagnostic": {"runtime_error": ["x"], "test_categories": []}}',
+        '{"DCGM Diagnostic": ' * 5000 + "1" + "}" * 5000,
+        "[" * 100000 + '"DCGM Diagnostic"' + "]" * 100000,
+    ],
+)
+def test_odd_json_is_a_parse_error_not_a_crash(document):
+    """Issue 8: a category list of strings gave AttributeError, deep JSON a RecursionError."""
+    try:
+        result = dcgm.parse_diag(document)
+    except ParseError as exc:
+        assert str(exc).startswith("dcgmi diag")
+        return
+    assert result["result"] in ("pass", "fail", "warn", "skip")

@@ -92,7 +92,8 @@ def test_start_script_usage_message():
 
 def test_docs_rewrite_of_the_mismatch_message_is_recognised():
     # The akash docs PR reworded the message ("doesn't match with the driver version"); read it too.
-    text = "nv-fabricmanager[1]: fabric manager NVIDIA GPU driver interface version 550.127.05 doesn't match with the driver version 550.120."
+    # The line ends (newline) after "550.120.": text cut right after the dot could be a cut-off 550.120.05.
+    text = "nv-fabricmanager[1]: fabric manager NVIDIA GPU driver interface version 550.127.05 doesn't match with the driver version 550.120.\n"
     assert parse_mismatch(text)["driver_version"] == "550.120"
 
 
@@ -131,3 +132,48 @@ def test_version_missing_raises(text):
 def test_no_mismatch(text):
     assert parse_mismatch(text) is None
     assert parse_start_failure(text) is None
+
+
+@pytest.mark.parametrize("path", real_params("fabricmanager/nv-fabricmanager_version_*"))
+def test_version_cut_at_any_character_is_never_a_shorter_version(path):
+    """Issue 8: a cut-off '535.161' of 535.161.08 is not a version; the error names the field."""
+    text = _read(path)
+    whole = parse_version(text)
+    for end in range(len(text)):
+        try:
+            assert parse_version(text[:end]) == whole, f"prefix {text[:end]!r}"
+        except ParseError as exc:
+            assert "nv-fabricmanager --version" in str(exc)
+
+
+def test_version_without_patch_names_the_field():
+    with pytest.raises(ParseError, match=r"nv-fabricmanager --version: version '535\.161' has no patch part"):
+        parse_version("Fabric Manager version is : 535.161")
+
+
+@pytest.mark.parametrize("path", real_params("fabricmanager/fm_mismatch_*"))
+def test_mismatch_cut_at_any_character_is_never_a_shorter_version(path):
+    text = _read(path)
+    whole = parse_mismatch(text)
+    versions = (whole["driver_version"], whole["fabricmanager_version"])
+    for end in range(len(text)):
+        try:
+            result = parse_mismatch(text[:end])
+        except ParseError as exc:
+            assert "version mismatch message" in str(exc)
+            continue
+        if result is not None:
+            assert (result["driver_version"], result["fabricmanager_version"]) == versions, f"prefix {text[:end]!r}"
+
+
+@pytest.mark.parametrize("apostrophe", ["\u2019", "'"])
+def test_mismatch_with_typographic_apostrophe(apostrophe):
+    """Issue 8: some releases print a typographic apostrophe (U+2019) in "don't match"."""
+    text = (
+        "Nov 05 13:55:26 node1 nv-fabricmanager[104230]: fabric manager NVIDIA GPU driver interface version 550.127.05 "
+        f"don{apostrophe}t match with driver version 550.120. Please update with matching NVIDIA driver package.\n"
+    )
+    result = parse_mismatch(text)
+    assert (result["driver_version"], result["fabricmanager_version"]) == ("550.120", "550.127.05")
+    assert result["message"].startswith(f"fabric manager NVIDIA GPU driver interface version 550.127.05 don{apostrophe}t match")
+    assert parse_start_failure(text)["reason"] == "version_mismatch"

@@ -96,3 +96,21 @@ def test_every_gpu_burn_file_has_a_result(path):
     parsed = gpuburn.parse(path.read_text(encoding="utf-8"))
     assert parsed["result"] in ("pass", "fail", "incomplete")
     assert parsed["gpus"]
+
+
+_REPAINT = "46.7%  proc'd: 11367 (7109 Gflop/s) - 11100 (6743 Gflop/s)   errors: 0 - 1   temps: 62 C - 82 C "
+
+
+@pytest.mark.parametrize("separator", ["\r", "\n", " ", ""])
+def test_repaints_without_line_breaks_are_each_read(separator):
+    """Issue 8: repaints run together (no newline between them) are read one by one, the last one counts."""
+    text = separator.join([_REPAINT] * 3 + [_REPAINT.replace("errors: 0 - 1", "errors: 0 - 2").replace("46.7%", "50.0%")])
+    result = gpuburn.parse(text)
+    assert result["progress_pct"] == 50.0
+    assert [(gpu["errors"], gpu["temp_c"]) for gpu in result["gpus"]] == [(0, 62), (2, 82)]
+    assert result["result"] == "incomplete"
+
+
+def test_repaint_cut_before_its_last_temperature_keeps_the_previous_one():
+    text = _REPAINT + "\r" + _REPAINT.replace("errors: 0 - 1", "errors: 5 - 1")[:-8]
+    assert [gpu["errors"] for gpu in gpuburn.parse(text)["gpus"]] == [0, 1]

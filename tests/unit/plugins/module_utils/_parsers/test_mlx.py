@@ -422,3 +422,78 @@ def test_other_tools_are_not_mistaken(real_dir):
     with pytest.raises(ParseError):
         mlx.parse_mlxconfig_query(query)
     assert REAL.is_dir()
+
+
+# ---------------------------------------------------------------- issue 8: whole versions, unreadable devices
+
+_FW_KEYS = ("fw_current", "fw_available")
+
+
+@pytest.mark.parametrize("path", real_params("mellanox/mlxfwmanager_query_*") + real_params("mellanox/mlxup_query_text_*"))
+def test_fwmanager_text_cut_at_any_character_is_never_a_shorter_version(path):
+    """Issue 8: mlxfwmanager text cut inside '24.99.0932' gave firmware 24.99."""
+    text = path.read_text()
+    whole = {(device["index"], key, device[key]) for device in mlx.parse_fwmanager_text(text) for key in _FW_KEYS}
+    for end in range(len(text)):
+        try:
+            devices = mlx.parse_fwmanager_text(text[:end])
+        except ParseError as exc:
+            assert str(exc).startswith("mlxfwmanager: ")
+            continue
+        for device in devices:
+            for key in _FW_KEYS:
+                assert device[key] is None or (device["index"], key, device[key]) in whole, f"{key} {device[key]!r} from prefix {text[:end]!r}"
+
+
+def test_fwmanager_text_cut_firmware_names_the_field():
+    text = "Device #1:\n----------\n  PSID:             MT_0000000767\n  Versions:         Current        Available\n     FW             24.99\n"
+    with pytest.raises(ParseError, match=r"mlxfwmanager: Device #1: FW current '24\.99' is not a whole firmware version"):
+        mlx.parse_fwmanager_text(text)
+
+
+@pytest.mark.parametrize("path", real_params("mellanox/flint_query_*"))
+def test_flint_cut_at_any_character_is_never_a_shorter_version(path):
+    text = path.read_text()
+    whole = mlx.parse_flint_query(text)["fw_version"]
+    for end in range(len(text)):
+        try:
+            version = mlx.parse_flint_query(text[:end])["fw_version"]
+        except ParseError:
+            continue
+        assert version == whole, f"prefix {text[:end]!r}"
+
+
+def test_fwmanager_xml_device_that_failed_to_open():
+    """Issue 8: a device mlxfwmanager could not open is reported with its status; the healthy ones still parse."""
+    devices = mlx.parse_fwmanager_xml((OWN / "mlx/mlxfwmanager_query_one-device-failed-to-open_own.xml").read_text())
+    assert [(d["pci"], d["psid"], d["fw_current"], d["status"], d["query_failed"]) for d in devices] == [
+        ("/dev/mst/mt4129_pciconf0", "MT_0000000834", "28.40.1000", "Update required", False),
+        ("/dev/mst/mt4129_pciconf1", None, None, "Failed to open device", True),
+        ("0000:0d:00.0", "MT_0000000359", "22.43.1014", "Up to date", False),
+    ]
+    failed = devices[1]
+    assert (failed["part_number"], failed["description"], failed["base_mac"], failed["fw_available"]) == (None, None, None, None)
+    assert failed["update_required"] is None
+
+
+def test_fwmanager_text_device_that_failed_to_open():
+    text = (
+        "Device #1:\n----------\n\n  Device Type:      ConnectX7\n  Part Number:      --\n  Description:      --\n"
+        "  PSID:             \n  PCI Device Name:  /dev/mst/mt4129_pciconf1\n  Base MAC:         --\n"
+        "  Versions:         Current        Available\n     FW             --             --\n\n"
+        "  Status:           Failed to open device\n"
+    )
+    (device,) = mlx.parse_fwmanager_text(text)
+    assert (device["pci"], device["psid"], device["fw_current"], device["status"], device["query_failed"]) == (
+        "/dev/mst/mt4129_pciconf1",
+        None,
+        None,
+        "Failed to open device",
+        True,
+    )
+
+
+def test_fwmanager_xml_device_without_psid_and_no_failure_status_still_raises():
+    text = '<Devices><Device pciName="0000:0d:00.0" psid=""><Versions><FW current="22.43.1014"/></Versions><Status>Up to date</Status></Device></Devices>'
+    with pytest.raises(ParseError, match="has no PSID"):
+        mlx.parse_fwmanager_xml(text)

@@ -308,3 +308,64 @@ def test_update_progress_awaiting_activation(real_dir):
 def test_update_progress_errors():
     with pytest.raises(ParseError, match="show_update_progress"):
         nvfwupd.parse_update_progress("Error Code: 0\n")
+
+
+# ---------------------------------------------------------------- issue 8: odd JSON is a ParseError, never a crash
+
+_ROW = {"AP Name": "X", "Sys Version": "1", "Pkg Version": "N/A", "Up-To-Date": "No"}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"System Model": "A", "Firmware Devices": "X"},
+        {"System Model": "A", "Firmware Devices": [["X"]]},
+        {"System Model": "A", "Firmware Devices": [dict(_ROW, **{"AP Name": 5})]},
+        {"System Model": "A", "Firmware Devices": [dict(_ROW, **{"Sys Version": ["1"]})]},
+        {"System Model": "A", "Firmware Devices": [dict(_ROW, **{"Up-To-Date": 1})]},
+        {"System Model": ["A"], "Firmware Devices": [_ROW]},
+        {"Packages": 7, "Firmware Devices": [_ROW]},
+    ],
+)
+def test_show_version_odd_json_is_a_parse_error(document):
+    """Issue 8: parse_show_version_systems raised TypeError / AttributeError on odd JSON."""
+    with pytest.raises(ParseError, match="nvfwupd"):
+        nvfwupd.parse_show_version_systems(json.dumps(document))
+
+
+def test_show_version_json_boolean_up_to_date():
+    document = {"System Model": "A", "Firmware Devices": [dict(_ROW, **{"Up-To-Date": True})]}
+    assert nvfwupd.parse_show_version(json.dumps(document))[0]["up_to_date"] is True
+
+
+_TASK = {"Id": "HGX_4", "TaskState": "Running", "TaskStatus": "OK", "Messages": []}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        dict(_TASK, TaskState=5),
+        dict(_TASK, TaskState=["Completed"]),
+        dict(_TASK, TaskStatus={"x": 1}),
+        dict(_TASK, Messages="done"),
+        dict(_TASK, Messages=[{"MessageId": 3, "MessageArgs": []}]),
+        dict(_TASK, Messages=[{"MessageId": "Update.1.0.UpdateSuccessful", "MessageArgs": "BMC"}]),
+        dict(_TASK, Messages=[{"MessageId": "Update.1.0.UpdateSuccessful", "Message": ["x"]}]),
+        dict(_TASK, Id={"a": 1}),
+        {"Error": [], "Error Code": "abc", "Output": []},
+        {"Error": [], "Error Code": 0, "Output": [{"Messages": [{"MessageId": "TaskEvent.1.0.Task.1.0.New", "MessageArgs": 5}]}]},
+    ],
+)
+def test_update_fw_odd_json_is_a_parse_error(document):
+    """Issue 8: parse_update_fw raised TypeError / AttributeError / ValueError on odd JSON."""
+    try:
+        result = nvfwupd.parse_update_fw(json.dumps(document))
+    except ParseError as exc:
+        assert str(exc).startswith("nvfwupd update_fw")
+        return
+    assert result["status"] in ("done", "failed", "running", "unknown")
+
+
+def test_update_fw_deep_json_is_a_parse_error():
+    with pytest.raises(ParseError, match="nvfwupd update_fw"):
+        nvfwupd.parse_update_fw('{"Output": ' * 3000 + "[]" + "}" * 3000)

@@ -543,7 +543,7 @@ def test_parse_xml_deprecation_note_in_driver_version():
         (_doc("<driver_version>1</driver_version>", root="mlxfwmanager"), "root element is <mlxfwmanager>"),
         (_doc("<attached_gpus>1</attached_gpus>"), "no driver_version"),
         (_doc("<driver_version>N/A</driver_version>"), "no driver_version"),
-        (_doc("<driver_version>garbage</driver_version>"), "'garbage' is not a driver version"),
+        (_doc("<driver_version>garbage</driver_version>"), "driver_version 'garbage' is not a whole driver version"),
     ],
 )
 def test_parse_xml_errors(text, message):
@@ -1275,3 +1275,23 @@ def test_parse_query_csv_hex_values_stay_text():
     # "0xFF" must not read as 0 with an "xFF" unit
     rows = nvsmi.parse_query_csv("0xFF, 0x0000000000000001\n", ["clocks_event_reasons.active", "clocks_throttle_reasons.active"])
     assert rows == [{"clocks_event_reasons.active": "0xFF", "clocks_throttle_reasons.active": "0x0000000000000001"}]
+
+
+@pytest.mark.parametrize("path", real_params("nvgpuexp_captures/split_*/*idle-query-q.txt"))
+def test_query_text_cut_at_any_character_is_never_a_shorter_version(path):
+    """Issue 8: 'Driver Version : 590.48' cut from 590.48.01 is no version; 595.80 with its newline is one."""
+    head = "\n".join(path.read_text().split("\n")[:12])
+    whole = nvsmi.parse_query_text(head + "\n", strict=False)["driver_version"]
+    for end in range(len(head)):
+        try:
+            version = nvsmi.parse_query_text(head[:end], strict=False)["driver_version"]
+        except ParseError as exc:
+            assert str(exc).startswith("nvidia-smi -q: ")
+            continue
+        assert version in (None, whole), f"prefix {head[:end]!r}"
+
+
+def test_query_text_two_part_version_with_its_newline():
+    assert nvsmi.parse_query_text("Driver Version : 595.80\nCUDA Version : 13.2\n", strict=False)["driver_version"] == "595.80"
+    with pytest.raises(ParseError, match=r"nvidia-smi -q: Driver Version '595\.80' has no patch part"):
+        nvsmi.parse_query_text("Driver Version : 595.80", strict=False)

@@ -144,7 +144,7 @@ def test_modinfo_module_not_found():
     [
         ("", "no 'key: value'"),
         ("ersion:        515.48.07\nlicense:        Dual MIT/GPL\n", "no 'version:'"),  # first character lost on the version line
-        ("version:        515.48\x00\nlicense:        NVIDIA\n", "not a driver version"),
+        ("version:        515.48\x00\nlicense:        NVIDIA\n", "not a whole driver version"),
         ("version:        550.90.07\nlicense:        Proprietary\n", "unknown license"),
     ],
 )
@@ -257,3 +257,45 @@ def test_every_real_proc_driver_file_is_covered():
     covered = set(DRIVER_VERSIONS) | set(MODINFO) | {"proc_gpus_information_2x_geforce_old-driver.txt", "nvidia-container-cli_info_525.105.17_gtx1070.txt"}
     assert {path.name for path in files} <= covered
     assert (REAL / "proc-driver").is_dir()
+
+
+def _cut_versions(parse, text, field):
+    """The versions a parser returns for every character prefix of text (ParseError: None)."""
+    versions = set()
+    for end in range(len(text)):
+        try:
+            versions.add(parse(text[:end])[field])
+        except ParseError:
+            versions.add(None)
+    return versions
+
+
+@pytest.mark.parametrize("path", real_params("proc-driver/proc_version_*"))
+def test_driver_version_cut_at_any_character_is_never_a_shorter_version(path):
+    """Issue 8: a cut /proc/driver/nvidia/version gave 384.9 for 384.98."""
+    text = _read(path)
+    assert _cut_versions(parse_driver_version, text, "version") <= {None, parse_driver_version(text)["version"]}
+
+
+def test_driver_version_cut_names_the_field():
+    with pytest.raises(ParseError, match=r"/proc/driver/nvidia/version: NVRM version '384\.9' is not a whole driver version"):
+        parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  384.9")
+    with pytest.raises(ParseError, match=r"NVRM version '525\.60' has no patch part"):
+        parse_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  525.60")
+
+
+@pytest.mark.parametrize("path", real_params("proc-driver/modinfo_*"))
+def test_modinfo_cut_at_any_character_is_never_a_shorter_version(path):
+    """Issue 8: a cut modinfo gave 515.4 for 515.48.07."""
+    text = _read(path)
+    assert _cut_versions(parse_modinfo, text, "version") <= {None, parse_modinfo(text)["version"]}
+
+
+def test_container_cli_cut_at_any_character_is_never_a_shorter_version(real_dir):
+    text = _read(real_dir / "proc-driver/nvidia-container-cli_info_525.105.17_gtx1070.txt")
+    assert _cut_versions(parse_container_cli_info, text, "driver_version") <= {None, "525.105.17"}
+
+
+def test_lsmod_used_by_after_a_long_run_of_spaces():
+    line = "nvidia_uvm           1437696  2" + " " * 5000 + "nvidia_peermem\n"
+    assert parse_lsmod(line)["nvidia_uvm"]["used_by"] == ["nvidia_peermem"]
