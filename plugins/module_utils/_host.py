@@ -110,7 +110,7 @@ def fabricmanager_version(tool, timeout=None):
         version = fm_parser.parse_version(out + "\n" + err)
     except ParseError as exc:
         raise HostError(
-            f"nv-fabricmanager --version printed no version (exit status {rc}; {exc}): reinstall the fabric manager package",
+            f"nv-fabricmanager --version printed no whole version (exit status {rc}; {exc}): reinstall the fabric manager package",
             cmd=cmd,
             rc=rc,
             stdout=out,

@@ -4,9 +4,8 @@
 
 """NVIDIA driver versions and branches: one rule for the whole collection (private).
 
-- A driver version is whole: ``NNN.NN`` or ``NNN.NN.NN`` (``550.90.07``, ``572.61``), nothing around it:
-  a trailing newline, a cut-off ``535.161`` of ``535.161.08`` (three-digit minor with no patch) or
-  ``384.9`` is refused rather than read as another version.
+- A driver version is whole: ``NNN.NN[N]`` or ``NNN.NN[N].NN`` (``572.61``, ``550.120``, ``550.90.07``),
+  nothing around it: a trailing newline, ``384.9`` or ``550.90.7`` is refused rather than read as another version.
 - ``major("572.61")`` is ``"572"``: what distribution packages are named after (``nvidia-driver-550``).
 - ``driver_branch("572.61")`` is ``"R570"``: the release branch of NVIDIA's lifecycle table, which also
   numbers Windows drivers (572.x belongs to R570); an unknown major falls back to ``R<major>``.
@@ -17,10 +16,12 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _compat_data as data
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import DRIVER_VERSION_PATTERN
 
-# NNN.NN (Windows 572.61, Linux 595.80), NNN.NN.NN (550.90.07) or NNN.NNN.NN (535.161.08); a three-digit
-# minor without patch (390.157, 410.104) exists only before R450, so a later "535.161" is a cut-off 535.161.08.
-_DRIVER_VERSION = re.compile(r"[1-9][0-9]{2}\.[0-9]{2,3}\.[0-9]{2}|[1-9][0-9]{2}\.[0-9]{2}|(?:[1-3][0-9]{2}|4[0-4][0-9])\.[0-9]{3}")
+# One pattern with the parsers (they may import nothing above _parsers/): NNN.NN (572.61, 595.80),
+# NNN.NNN (550.120, 390.157), NNN.NN.NN (550.90.07) or NNN.NNN.NN (535.161.08). Whether a two-part
+# version a tool printed is a cut-off three-part one is the parser's call (it sees what follows).
+_DRIVER_VERSION = re.compile(DRIVER_VERSION_PATTERN)
 
 
 class VersionError(ValueError):

@@ -126,7 +126,7 @@ DAMAGED = {
     "lkg_entry_is_a_string": (b'{"last_known_good": {"driver": "535.161.08"}}', r"last_known_good\.driver must be an object with a version"),
     "lkg_is_a_list": (b'{"last_known_good": ["535.161.08"]}', r"last_known_good must be an object"),
     "lkg_version_a_number": (b'{"last_known_good": {"driver": {"version": 535.16}}}', r"last_known_good\.driver\.version"),
-    "lkg_version_cut_off": (b'{"last_known_good": {"driver": {"version": "535.161"}}}', r"last_known_good\.driver\.version '535\.161' is not a whole"),
+    "lkg_version_cut_off": (b'{"last_known_good": {"driver": {"version": "535.161.8"}}}', r"last_known_good\.driver\.version '535\.161\.8' is not a whole"),
     "lkg_version_newline": (b'{"last_known_good": {"driver": {"version": "535.161.08\\n"}}}', r"last_known_good\.driver\.version"),
     "lkg_version_missing": (b'{"last_known_good": {"fabricmanager": {"recorded_at": "t"}}}', r"last_known_good\.fabricmanager\.version"),
     "lkg_firmware_version_empty": (b'{"last_known_good": {"gpu_firmware": {"version": ""}}}', r"last_known_good\.gpu_firmware\.version"),
@@ -257,7 +257,7 @@ def test_save_fsyncs_the_file_and_the_folder(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "doc, message",
     [
-        ({"schema": 1, "last_known_good": {"driver": {"version": "535.161"}}}, r"last_known_good\.driver\.version"),
+        ({"schema": 1, "last_known_good": {"driver": {"version": "535.161.8"}}}, r"last_known_good\.driver\.version"),
         ({"schema": 1, "history": [{"time": "t", "details": {"when": object()}}]}, r"history\[0\]\.details"),
         ({"schema": 1, "last_known_good": {"driver": {"version": "550.90.07", "note": float("nan")}}}, r"last_known_good\.driver\.note"),
         ({"schema": 1, "padding": "x" * (5 * 1024 * 1024)}, r"larger than"),
@@ -274,7 +274,7 @@ def test_save_refuses_what_load_would_refuse(tmp_path, doc, message):
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
 
 
-@pytest.mark.parametrize("component, version", [("driver", "535.161"), ("fabricmanager", "550.90.07\n"), ("gpu_firmware", "96.00 5E"), ("driver", None)])
+@pytest.mark.parametrize("component, version", [("driver", "535.161.8"), ("fabricmanager", "550.90.07\n"), ("gpu_firmware", "96.00 5E"), ("driver", None)])
 def test_record_last_known_good_refuses_what_the_file_cannot_hold(tmp_path, component, version):
     """A StateFileError (callers map it to 'nothing was changed') that is also a ValueError; nothing written."""
     path = tmp_path / "gpufleet.fact"

@@ -370,7 +370,7 @@ def test_unreadable_nvlink_output_with_exit_status_0_is_a_failed_verdict(node, t
         ({"baseline_busbw_tolerance_pct": -5}, "baseline_busbw_tolerance_pct must be a number from 0 to 99.9 percent, got -5.0"),
         ({"baseline_busbw_tolerance_pct": 100}, "baseline_busbw_tolerance_pct must be a number from 0 to 99.9 percent, got 100.0"),
         ({"critical_xids": [79, 0]}, "critical_xids: 0 is not an Xid code (a whole number from 1 to 999)"),
-        ({"expected_driver_version": "535.161"}, "expected_driver_version '535.161' is not a whole NVIDIA driver version"),
+        ({"expected_driver_version": "535.161.8"}, "expected_driver_version '535.161.8' is not a whole NVIDIA driver version"),
         ({"expected_driver_version": "550.90.07\n"}, "expected_driver_version '550.90.07\\n' is not a whole NVIDIA driver version"),
         ({"expected_fabricmanager_version": "latest"}, "expected_fabricmanager_version 'latest' is not a whole NVIDIA driver version"),
         ({"burn_args": ["-tc", ""]}, "burn_args: '' is not an argument"),

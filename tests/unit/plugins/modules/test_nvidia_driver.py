@@ -515,7 +515,7 @@ def test_installer_flags_from_r560():
 BAD_OPTIONS = [
     ({"version": "550.90.07\n"}, "version '550.90.07\\n' is not a whole NVIDIA driver version"),
     ({"version": "latest"}, "version 'latest' is not a whole NVIDIA driver version"),
-    ({"version": "535.161"}, "version '535.161' is not a whole NVIDIA driver version"),
+    ({"version": "535.161.8"}, "version '535.161.8' is not a whole NVIDIA driver version"),
     ({"timeout": 0}, "timeout must be a whole number of seconds from 1 to 86400, got 0"),
     ({"timeout": -5}, "timeout must be a whole number of seconds from 1 to 86400, got -5"),
     ({"timeout": 86401}, "timeout must be a whole number of seconds from 1 to 86400, got 86401"),
