@@ -73,6 +73,7 @@ import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import O_CLOEXEC, fsync_folder
 
 DEFAULT_PATH = "/etc/ansible/facts.d/gpufleet.fact"
 SCHEMA = 1
@@ -93,7 +94,6 @@ _FIRMWARE_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:~-]{0,127}")
 _ENTRY_CHOICES = {"method": ("runfile", "package"), "kernel_module": ("open", "proprietary")}
 _HISTORY_STRINGS = ("time", "component", "action", "result")
 _HISTORY_OPTIONAL_STRINGS = ("before", "after", "rollout_id")
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class StateFileError(GpufleetError):
@@ -299,7 +299,7 @@ def _damaged(path, problem):
 def _read(path):
     """The bytes of ``path`` (at most MAX_BYTES + 1), or None when it does not exist; refuses what is not a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -390,14 +390,6 @@ def load(path=DEFAULT_PATH):
 # -- writing -------------------------------------------------------------------------------------------
 
 
-def _fsync_folder(folder):
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _replace_with(target, folder, raw):
     """Write ``raw`` to a new temporary file in ``folder``, fsync it and rename it over ``target``."""
     fd, tmp = tempfile.mkstemp(prefix=".gpufleet.", suffix=".tmp", dir=folder)
@@ -443,7 +435,7 @@ def _write(path, raw, previous):
         if previous is not None and previous != raw:
             _replace_with(prev_path(path), folder, previous)
         _replace_with(path, folder, raw)
-        _fsync_folder(folder)
+        fsync_folder(folder)
     except OSError as exc:
         raise StateFileError(f"cannot write the node state file {path}: {exc}", path) from exc
 
@@ -471,7 +463,7 @@ def _check_lock_timeout(timeout, path):
 
 def _open_lock(path):
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _O_CLOEXEC, STATE_MODE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | O_CLOEXEC, STATE_MODE)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise StateFileError(f"the lock file {path} is a symbolic link: remove it (gpufleet creates a regular file there)", path) from exc

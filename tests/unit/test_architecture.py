@@ -28,7 +28,7 @@ PLUGINS = ROOT / "plugins"
 PREFIX = "ansible_collections.gpufleet.lifecycle.plugins."
 MODULE_UTILS = PREFIX + "module_utils"
 # The flat helpers every capability may share (module_utils/<name>.py, or the _parsers package).
-SHARED = ("_errors", "_version", "_host", "_artifact", "_state", "_tools", "_compat", "_compat_data", "_bom", "_xid_catalog", "_parsers")
+SHARED = ("_errors", "_fileio", "_version", "_host", "_artifact", "_state", "_tools", "_compat", "_compat_data", "_bom", "_xid_catalog", "_parsers")
 # Modules of the standard library (and their functions) that start processes.
 PROCESS_MODULES = ("subprocess", "pty", "pexpect", "multiprocessing", "commands", "popen2")
 PROCESS_CALLS = {

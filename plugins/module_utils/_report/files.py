@@ -28,9 +28,7 @@ import stat
 import tempfile
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import O_CLOEXEC, fsync_folder
 
 # A file name inside dest, never a path: no "/", no "..", no hidden file.
 _BASENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
@@ -55,7 +53,7 @@ def _kind(mode):
 def _current(path, size):
     """``(bytes, mode)`` of the regular file at ``path`` (at most ``size`` + 1 bytes), or ``(None, None)`` when there is none or a link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
@@ -89,14 +87,6 @@ def _default_mode():
     return 0o666 & ~umask
 
 
-def _fsync_folder(folder):
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _replace(module, path, data, mode):
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
@@ -109,7 +99,7 @@ def _replace(module, path, data, mode):
         if module.selinux_enabled():
             module.set_default_selinux_context(tmp, False)
         os.replace(tmp, path)
-        _fsync_folder(folder)
+        fsync_folder(folder)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
