@@ -49,8 +49,8 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
     """
     secrets = sorted({s for s in secrets or [] if isinstance(s, str) and s}, key=len, reverse=True)
     nodes = []
-    for record in sorted(records, key=lambda r: r["name"]):
-        record = _redact(record, secrets)
+    for given in sorted(records, key=lambda r: r["name"]):
+        record = _redact(given, secrets)
         if record.get("error"):
             nodes.append(_error_node(record))
             continue

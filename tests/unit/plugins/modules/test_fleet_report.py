@@ -109,7 +109,7 @@ def test_basename_that_is_a_path_is_refused_and_nothing_is_written(tmp_path, run
 
 def test_bmc_inventory_reaches_the_report_and_the_password_never_does(tmp_path, run_module):
     """Issue 9: the HGX bundle read from the BMC is compared with the BOM; BMC passwords given as secrets are redacted (invariant 7)."""
-    password = "hunter2-BMC-pw"
+    password = "hunter2-BMC-pw"  # noqa: S105 - a test value, that the report must not show
     node = record("b200-03")
     node["bom"] = dict(BOM, gpu_firmware={"version": "HGX-B200-24.12-1"})
     node["bmc"] = {"entries": [{"Id": "HGX_FW_BMC_0", "Version": "HGX-B200-24.08-2"}]}
