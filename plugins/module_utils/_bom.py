@@ -132,7 +132,7 @@ def _distinct(values):
 def node_drift(facts, bom, bmc=None):
     """Compare one node's gpu_facts (and its BMC's firmware inventory) with its BOM: a list of items, one per component.
 
-    ``bmc`` is None when no BMC credentials were given, ``{"entries": [...]}`` (what
+    ``bmc`` is None (or empty) when no BMC credentials were given, ``{"entries": [...]}`` (what
     community.general.redfish_info GetFirmwareInventory returns) or ``{"error": "why"}``.
     Each item is ``{component, installed, wanted, status, detail?, source?, inventory_ids?}`` with status
     ok / drift / missing / unknown.
@@ -228,7 +228,7 @@ def _oob_firmware(bom, bmc):
         ids = _inventory_ids(section.get("inventory_id"))
         looked_for = ids or list(OOB_COMPONENTS[name])
         extra = {"source": "bmc", "inventory_ids": []}
-        if bmc is None:
+        if not bmc:
             items.append(_item(name, None, wanted, STATUS_UNKNOWN, NO_BMC_CREDENTIALS, **extra))
             continue
         if error or entries is None:

@@ -33,7 +33,7 @@ def _redact(value, secrets):
 
 
 def _bmc_inventory_state(bmc):
-    if bmc is None:
+    if not bmc:
         return "no BMC credentials"
     if bmc.get("error") or bmc.get("entries") is None:
         return "error: {}".format(bmc.get("error") or "no entries returned")[:300]
