@@ -48,9 +48,9 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
     ``secrets`` (BMC passwords) is replaced by ``********`` wherever a record holds it.
     """
     secrets = sorted({s for s in secrets or [] if isinstance(s, str) and s}, key=len, reverse=True)
+    records = [_redact(record, secrets) for record in records]  # once: the nodes and the SKU spread read the same copy
     nodes = []
-    for given in sorted(records, key=lambda r: r["name"]):
-        record = _redact(given, secrets)
+    for record in sorted(records, key=lambda r: r["name"]):
         if record.get("error"):
             nodes.append(_error_node(record))
             continue
@@ -77,7 +77,7 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
         )
     answered = {n["name"] for n in nodes}
     unreachable = sorted(set(expected_hosts or []) - answered)
-    mixed = sku_mixed_versions([{"name": r["name"], "sku": r.get("sku"), "facts": _redact(r.get("facts"), secrets)} for r in records if not r.get("error")])
+    mixed = sku_mixed_versions([{"name": r["name"], "sku": r.get("sku"), "facts": r.get("facts")} for r in records if not r.get("error")])
     totals = {"nodes": len(nodes) + len(unreachable), "ok": 0, "drift": 0, "unknown": 0, "error": 0, "unreachable": len(unreachable)}
     for node in nodes:
         totals[node["status"]] += 1
