@@ -233,4 +233,3 @@ def test_installed_but_not_loaded_still_says_so():
 def test_bad_firmware_sections_are_refused(section, message):
     with pytest.raises(BomError, match=message):
         validate_bom(dict(BOM, **section))
-
