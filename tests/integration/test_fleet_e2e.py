@@ -70,9 +70,9 @@ def bmc_password(fleet) -> str:
 
 
 def audit(fleet, report_dir, *extra):
-    """playbooks/audit.yml with -v, the BMCs' certificate checked against the fleet's own CA."""
+    """playbooks/audit.yml with -vvv (more than -v: module invocations too), the BMCs' certificate checked against the fleet's own CA."""
     return fleet.ansible_playbook(
-        REPO / "playbooks" / "audit.yml", "-v", "-e", f"gpufleet_report_dir={report_dir}",
+        REPO / "playbooks" / "audit.yml", "-vvv", "-e", f"gpufleet_report_dir={report_dir}",
         "-e", f"gpufleet_bmc_ca_path={fleet.workdir / 'bmc' / 'cert.pem'}", "-f", "8", *extra,
     )
 
