@@ -15,6 +15,9 @@ description:
   - Calls out mixed VBIOS within a node, and components whose versions differ between nodes of the same SKU.
   - Nodes that were expected but sent no facts are listed as unreachable.
   - Drift is exact equality with the BOM; a newer version than the BOM is drift too.
+  - Firmware is compared in band (VBIOS, GSP firmware, InfoROM from C(nvidia-smi -q -x)) and out of band (the HGX bundle, NVSwitch,
+    BMC and BIOS firmware from the BMC's Redfish firmware inventory, O(nodes[].bmc)). A component that nothing could read is
+    V(unknown) with the reason, never V(ok).
   - "Run it on the controller: C(delegate_to: localhost) and C(run_once: true)."
 author:
   - gpufleet maintainers (@gpufleet)
@@ -47,6 +50,14 @@ options:
       error:
         description: Why the node's facts could not be gathered; the node is reported with status V(error) and this message.
         type: str
+      bmc:
+        description:
+          - What the node's BMC firmware inventory gave, read out of band with C(community.general.redfish_info)
+            (category V(Update), command V(GetFirmwareInventory)).
+          - "C(entries): the module's C(redfish_facts.firmware.entries) (each with C(Id) and C(Version)), or C(error): why it could not be read."
+          - Omit it (or V(null)) when no BMC credentials are set for the node; the BOM's C(gpu_firmware), C(nvswitch_firmware),
+            C(bmc_firmware) and C(bios) are then reported V(unknown) with that reason, never V(ok).
+        type: dict
   expected_hosts:
     description: Every node the audit targeted; those missing from O(nodes) are reported as unreachable.
     type: list
@@ -66,6 +77,13 @@ options:
     description: Title of the report.
     type: str
     default: GPU fleet audit
+  secrets:
+    description:
+      - Strings that must never appear in the report (the BMC passwords); each is replaced by V(********) wherever a node's
+        record holds it, for example in a BMC's error message.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -94,7 +112,15 @@ report:
       type: list
       elements: dict
       returned: always
-      sample: [{name: gpu-a-001, sku: hgx-h100, status: drift, items: [{component: driver, installed: 535.161.08, wanted: 550.90.07, status: drift}]}]
+      sample:
+        - name: gpu-a-001
+          sku: hgx-h100
+          status: drift
+          gpu_firmware: HGX-22.10-1
+          bmc_inventory: read
+          items:
+            - {component: driver, installed: 535.161.08, wanted: 550.90.07, status: drift}
+            - {component: gpu_firmware, installed: HGX-22.10-1, wanted: HGX-22.10-1, status: ok, source: bmc, inventory_ids: [HGX_FW_BMC_0]}
     unreachable:
       description: Expected nodes without facts.
       type: list
@@ -132,8 +158,10 @@ def main():
                     bom=dict(type="dict", default={}),
                     facts=dict(type="dict", default={}),
                     error=dict(type="str"),
+                    bmc=dict(type="dict"),
                 ),
             ),
+            secrets=dict(type="list", elements="str", default=[], no_log=True),
             expected_hosts=dict(type="list", elements="str", default=[]),
             dest=dict(type="path", required=True),
             basename=dict(type="str", default="fleet-report"),
@@ -145,7 +173,9 @@ def main():
     )
     params = module.params
     try:
-        report = build_report(params["nodes"], params["expected_hosts"], title=params["title"], generated_at=params["generated_at"])
+        report = build_report(
+            params["nodes"], params["expected_hosts"], title=params["title"], generated_at=params["generated_at"], secrets=params["secrets"]
+        )
     except BomError as exc:
         module.fail_json(msg=f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.")
 

@@ -97,7 +97,11 @@ ansible_facts:
           returned: always
           sample: 3c5b8a44-7e1b-4d93-9d6e-1f0b7a1f2c55
         driver:
-          description: The NVIDIA driver.
+          description:
+            - The NVIDIA driver.
+            - C(installed) is V(false) when no driver is installed, also when C(nvidia-smi) is on the path but C(modinfo) finds
+              no C(nvidia) kernel module for the running kernel; C(installed) V(true) with C(loaded) V(false) is a driver
+              installed but not loaded.
           type: dict
           returned: always
           sample: {installed: true, loaded: true, version: 550.90.07, flavor: open, branch: R550, arch: x86_64}
@@ -122,7 +126,11 @@ ansible_facts:
           returned: when gpus or driver are gathered
           sample: ok
         gpus:
-          description: One entry per GPU, as read from C(nvidia-smi -q -x).
+          description:
+            - One entry per GPU, as read from C(nvidia-smi -q -x).
+            - Its firmware as the GPU reports it in band is C(vbios_version) and C(gsp_firmware_version) (V(null) where
+              C(nvidia-smi) prints N/A); the HGX bundle, NVSwitch, BMC and BIOS firmware are read out of band from the BMC
+              by the audit playbook, not by this module.
           type: list
           elements: dict
           returned: when gpus or driver are gathered
@@ -133,6 +141,7 @@ ansible_facts:
               serial: "1652223014857"
               pci_bus_id: 00000000:18:00.0
               vbios_version: 96.00.74.00.0D
+              gsp_firmware_version: 550.90.07
               ecc: {volatile_dbe: 0, aggregate_dbe: 0}
               remapped_rows: {pending: false, failure: false}
               temperature_c: 34

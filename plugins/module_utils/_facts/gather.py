@@ -177,21 +177,26 @@ class GpuFactsCollector:
                 )
 
         if driver["installed"] and not driver["loaded"]:
-            driver["version"] = self._installed_module_version()
+            module_found, driver["version"] = self._installed_module_version()
+            if module_found is False:
+                # nvidia-smi without an nvidia kernel module for the running kernel is no driver (a leftover
+                # user space, or a package whose module never built): say "not installed", not "not loaded".
+                driver["installed"] = False
         driver["branch"] = driver_branch(driver["version"])
         return driver, smi_facts
 
     def _installed_module_version(self):
+        """(module found: True / False / None when modinfo is absent, version or None)."""
         modinfo = self._tool(Modinfo, "modinfo_path")
         if not modinfo.available:
-            return None
-        rc, out, _err = modinfo.module_info("nvidia")
+            return None, None
+        rc, out, err = modinfo.module_info("nvidia")
         if rc != 0:
-            return None
+            return (False if "not found" in (err + out).lower() else None), None
         try:
-            return procfs_parser.parse_modinfo(out).get("version")
+            return True, procfs_parser.parse_modinfo(out).get("version")
         except ParseError:
-            return None
+            return True, None
 
     # -- NVSwitch and fabric manager --------------------------------------
     def _services(self):

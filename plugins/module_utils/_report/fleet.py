@@ -14,20 +14,52 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import dri
 REPORT_VERSION = 1
 
 
-def build_report(records, expected_hosts=None, title="GPU fleet audit", generated_at=None):
-    """``records``: ``[{"name", "sku", "bom", "facts"}]`` (one per node that answered).
+REDACTED = "********"
 
-    Nodes in ``expected_hosts`` without a record are reported as unreachable.
+
+def _redact(value, secrets):
+    """``value`` with every secret string replaced, in every string it holds (one pass over the record)."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {key: _redact(item, secrets) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(item, secrets) for item in value]
+    return value
+
+
+def _bmc_inventory_state(bmc):
+    if not bmc:
+        return "no BMC credentials"
+    if bmc.get("error") or bmc.get("entries") is None:
+        return "error: {}".format(bmc.get("error") or "no entries returned")[:300]
+    return "read"
+
+
+def build_report(records, expected_hosts=None, title="GPU fleet audit", generated_at=None, secrets=None):
+    """``records``: ``[{"name", "sku", "bom", "facts", "bmc"?}]`` (one per node that answered).
+
+    ``bmc`` is what the node's BMC firmware inventory gave (see ``_bom.node_drift``); absent or None when no BMC
+    credentials were set. Nodes in ``expected_hosts`` without a record are reported as unreachable. Every string in
+    ``secrets`` (BMC passwords) is replaced by ``********`` wherever a record holds it.
     """
+    secrets = sorted({s for s in secrets or [] if isinstance(s, str) and s}, key=len, reverse=True)
+    records = [_redact(record, secrets) for record in records]  # once: the nodes and the SKU spread read the same copy
     nodes = []
     for record in sorted(records, key=lambda r: r["name"]):
         if record.get("error"):
             nodes.append(_error_node(record))
             continue
         facts = record.get("facts") or {}
-        items = node_drift(facts, record.get("bom") or {})
+        bmc = record.get("bmc")
+        items = node_drift(facts, record.get("bom") or {}, bmc=bmc)
         summary = drift_summary(items)
         driver = facts.get("driver") or {}
+        bundle = next((i for i in items if i["component"] == "gpu_firmware"), None)
         nodes.append(
             {
                 "name": record["name"],
@@ -38,6 +70,8 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
                 "driver_flavor": driver.get("flavor"),
                 "gpu_count": facts.get("gpu_count"),
                 "critical_xids": (facts.get("xid") or {}).get("critical") or [],
+                "gpu_firmware": bundle["installed"] if bundle else None,
+                "bmc_inventory": _bmc_inventory_state(bmc),
                 "items": items,
             }
         )
@@ -70,6 +104,8 @@ def _error_node(record):
         "driver_flavor": None,
         "gpu_count": None,
         "critical_xids": [],
+        "gpu_firmware": None,
+        "bmc_inventory": _bmc_inventory_state(record.get("bmc")),
         "items": [],
     }
 

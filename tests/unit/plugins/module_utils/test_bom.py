@@ -112,3 +112,124 @@ def test_bare_version_strings_are_short_for_version_mappings():
     items = by_component(node_drift(facts(fm="535.161.08"), bom))
     assert items["driver"]["status"] == "ok"
     assert items["fabricmanager"] == {"component": "fabricmanager", "installed": "535.161.08", "wanted": "550.90.07", "status": "drift"}
+
+
+# -- firmware: in band (nvidia-smi) and out of band (the BMC's Redfish FirmwareInventory) -----------------
+
+HGX_BOM = dict(
+    BOM,
+    gpu_firmware={"version": "HGX-B200-24.12-1"},
+    nvswitch_firmware="96.10.6D.00.01",
+    bmc_firmware="24.09-1",
+    bios={"version": "1.3.2", "inventory_id": "Host_BIOS"},
+)
+
+
+def inventory(bundle="HGX-B200-24.12-1", nvswitch=("96.10.6D.00.01",) * 4, extra=()):
+    """What community.general.redfish_info GetFirmwareInventory returns as redfish_facts.firmware.entries."""
+    entries = [{"Id": "HGX_FW_BMC_0", "Name": "HGX_FW_BMC_0 firmware", "Version": bundle, "Updateable": True}]
+    entries += [{"Id": f"HGX_FW_NVSwitch_{i}", "Version": v} for i, v in enumerate(nvswitch)]
+    entries += [{"Id": f"HGX_FW_GPU_SXM_{i + 1}", "Version": "97.00.7D.00.0B"} for i in range(2)]
+    entries += list(extra)
+    return {"entries": entries}
+
+
+def test_old_gpu_firmware_bundle_from_the_bmc_is_drift_with_both_versions():
+    items = by_component(node_drift(facts(), HGX_BOM, bmc=inventory(bundle="HGX-B200-24.08-2")))
+    item = items["gpu_firmware"]
+    assert (item["installed"], item["wanted"], item["status"]) == ("HGX-B200-24.08-2", "HGX-B200-24.12-1", "drift")
+    assert item["source"] == "bmc" and "HGX_FW_BMC_0" in item["inventory_ids"]
+    assert items["nvswitch_firmware"]["status"] == "ok"
+
+
+def test_bmc_and_bios_versions_are_compared_with_their_bom_keys():
+    extra = [{"Id": "HostBMC_0", "Version": "24.09-1"}, {"Id": "Host_BIOS", "Version": "1.2.9"}]
+    items = by_component(node_drift(facts(), HGX_BOM, bmc=inventory(extra=extra)))
+    assert items["bmc_firmware"]["status"] == "ok" and items["bmc_firmware"]["installed"] == "24.09-1"
+    # the BOM names the inventory member of a vendor whose BIOS is not one of the usual ids
+    assert (items["bios"]["installed"], items["bios"]["wanted"], items["bios"]["status"]) == ("1.2.9", "1.3.2", "drift")
+
+
+def test_without_bmc_credentials_firmware_is_unknown_with_the_reason_never_ok():
+    items = by_component(node_drift(facts(), HGX_BOM))
+    for component in ("gpu_firmware", "nvswitch_firmware", "bmc_firmware", "bios"):
+        assert items[component]["status"] == "unknown", component
+        assert items[component]["installed"] is None
+        assert "no BMC credentials" in items[component]["detail"]
+    assert drift_summary(items.values())["status"] == "unknown"
+
+
+def test_unreadable_bmc_inventory_is_unknown_with_the_bmc_error():
+    items = by_component(node_drift(facts(), HGX_BOM, bmc={"error": "HTTP Error 401 on GET request"}))
+    assert items["gpu_firmware"]["status"] == "unknown"
+    assert "HTTP Error 401" in items["gpu_firmware"]["detail"]
+
+
+def test_a_component_the_inventory_does_not_list_is_unknown_naming_what_was_looked_for():
+    items = by_component(node_drift(facts(), HGX_BOM, bmc=inventory()))
+    assert items["bmc_firmware"]["status"] == "unknown"
+    assert "HostBMC_<n>" in items["bmc_firmware"]["detail"] and "inventory_id" in items["bmc_firmware"]["detail"]
+    assert items["bios"]["status"] == "unknown" and "Host_BIOS" in items["bios"]["detail"]
+
+
+def test_mixed_nvswitch_firmware_within_a_node_is_drift_naming_the_member():
+    items = by_component(node_drift(facts(), HGX_BOM, bmc=inventory(nvswitch=("96.10.6D.00.01", "96.10.55.00.01"))))
+    item = items["nvswitch_firmware"]
+    assert item["status"] == "drift" and item["installed"] == "96.10.55.00.01, 96.10.6D.00.01"
+    assert "HGX_FW_NVSwitch_1" in item["detail"]
+
+
+def test_no_firmware_items_when_the_bom_asks_for_none():
+    items = by_component(node_drift(facts(), BOM, bmc=inventory()))
+    assert not {"gpu_firmware", "nvswitch_firmware", "bmc_firmware", "bios"} & set(items)
+
+
+def test_gsp_firmware_is_compared_in_band_and_unread_when_nvidia_smi_does_not_answer():
+    bom = dict(BOM, gpu=dict(BOM["gpu"], gsp_firmware="550.90.07"))
+    node = facts()
+    for gpu in node["gpus"]:
+        gpu["gsp_firmware_version"] = "550.54.15"
+    item = by_component(node_drift(node, bom))["gpu_gsp_firmware"]
+    assert (item["installed"], item["wanted"], item["status"], item["source"]) == ("550.54.15", "550.90.07", "drift", "nvidia-smi")
+    silent = dict(facts(vbios=()), nvidia_smi="no_driver")
+    item = by_component(node_drift(silent, bom))["gpu_gsp_firmware"]
+    assert item["status"] == "unknown" and "no_driver" in item["detail"]
+    assert by_component(node_drift(silent, bom))["gpu_vbios"]["status"] == "unknown"
+
+
+def test_inforom_that_gpu_facts_does_not_read_is_unknown_not_ok():
+    bom = dict(BOM, gpu=dict(BOM["gpu"], inforom="G520.0200.00.05"))
+    item = by_component(node_drift(facts(), bom))["gpu_inforom"]
+    assert item["status"] == "unknown" and "InfoROM" in item["detail"]
+    node = facts()
+    for gpu in node["gpus"]:
+        gpu["inforom_version"] = "G520.0200.00.05"
+    assert by_component(node_drift(node, bom))["gpu_inforom"]["status"] == "ok"
+
+
+def test_no_driver_installed_is_reported_as_such_not_as_not_loaded():
+    node = facts(driver=None, vbios=())
+    node["driver"].update(installed=False, loaded=False, flavor=None)
+    items = by_component(node_drift(node, BOM))
+    assert "driver_loaded" not in items
+    assert items["driver"]["status"] == "missing" and items["driver"]["detail"] == "no NVIDIA driver is installed"
+
+
+def test_installed_but_not_loaded_still_says_so():
+    node = facts()
+    node["driver"]["loaded"] = False
+    assert by_component(node_drift(node, BOM))["driver_loaded"]["detail"] == "the driver is installed but not loaded"
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"gpu_firmware": {"package": "x.fwpkg"}}, "gpu_firmware.*version"),
+        ({"bios": 12}, "'bios' must be a mapping"),
+        ({"bmc_firmware": {"version": "1", "inventory_id": ["a", 3]}}, "bmc_firmware.inventory_id"),
+        ({"gpu": {"gsp_firmware": 550}}, "gpu.gsp_firmware"),
+    ],
+)
+def test_bad_firmware_sections_are_refused(section, message):
+    with pytest.raises(BomError, match=message):
+        validate_bom(dict(BOM, **section))

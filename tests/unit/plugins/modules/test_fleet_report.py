@@ -105,3 +105,21 @@ def test_basename_that_is_a_path_is_refused_and_nothing_is_written(tmp_path, run
         assert result["msg"].startswith(f"basename {basename!r} is not a plain file name"), result["msg"]
     assert not (tmp_path / "reports").exists()
     assert not (tmp_path / "escape.json").exists()
+
+
+def test_bmc_inventory_reaches_the_report_and_the_password_never_does(tmp_path, run_module):
+    """Issue 9: the HGX bundle read from the BMC is compared with the BOM; BMC passwords given as secrets are redacted (invariant 7)."""
+    password = "hunter2-BMC-pw"  # noqa: S105 - a test value, that the report must not show
+    node = record("b200-03")
+    node["bom"] = dict(BOM, gpu_firmware={"version": "HGX-B200-24.12-1"})
+    node["bmc"] = {"entries": [{"Id": "HGX_FW_BMC_0", "Version": "HGX-B200-24.08-2"}]}
+    unread = record("b200-05")
+    unread["bom"] = node["bom"]
+    unread["bmc"] = {"error": f"HTTP Error 401 (user admin, password {password})"}
+    result = run_module(fleet_report.main, args(tmp_path, nodes=[node, unread], expected_hosts=[], secrets=[password]))
+    assert result["report"]["totals"]["drift"] == 1 and result["report"]["totals"]["unknown"] == 1
+    markdown = (tmp_path / "reports/fleet-report.md").read_text()
+    assert "| b200-03 | gpu_firmware | HGX-B200-24.08-2 | HGX-B200-24.12-1 | drift |" in markdown
+    for name in ("fleet-report.json", "fleet-report.md", "fleet-report.html"):
+        assert password not in (tmp_path / "reports" / name).read_text(), name
+    assert password not in json.dumps(result)

@@ -365,3 +365,15 @@ def test_cut_off_fabric_manager_version_fails_rather_than_mismatches(commands, n
     assert result["msg"].startswith("nv-fabricmanager --version printed no whole version (exit status 0; "), result["msg"]
     assert "535.1" in result["msg"]
     assert result["cmd"] == [commands.binaries["nv-fabricmanager"], "--version"]
+
+
+def test_nvidia_smi_without_a_kernel_module_is_no_driver_installed_not_installed_but_not_loaded(commands, node, run_module):
+    """Issue 9: a node whose nvidia-smi answers 'couldn't communicate' and whose kernel has no nvidia module has no driver."""
+    node(pci=HGX_PCI[:2])
+    smi = commands.tool("nvidia-smi")
+    modinfo = commands.tool("modinfo", "/usr/sbin/modinfo")
+    commands.on([smi, "-q", "-x"], rc=9, stdout=NO_DRIVER)
+    commands.on([modinfo, "nvidia"], rc=1, stderr="modinfo: ERROR: Module nvidia not found.\n")
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver"]})["ansible_facts"]["gpufleet"]
+    assert facts["driver"] == {"installed": False, "loaded": False, "version": None, "flavor": None, "branch": None, "arch": None}
+    assert facts["nvidia_smi"] == "no_driver" and facts["pci_gpu_count"] == 2
