@@ -177,7 +177,10 @@ def node_drift(facts, bom, bmc=None):
     for nic in facts.get("nics") or []:
         psid = nic.get("psid")
         component = "nic_firmware[{}]".format(nic.get("pci") or psid)
-        if psid in nic_bom:
+        if nic.get("query_failed"):
+            status = nic.get("status") or "no status"
+            items.append(_item(component, None, None, STATUS_UNKNOWN, f"the Mellanox tool could not read this device ({status}): its firmware is unknown"))
+        elif psid in nic_bom:
             items.append(_item(component, nic.get("fw_current"), nic_bom[psid]))
         elif nic_bom:
             items.append(_item(component, nic.get("fw_current"), None, STATUS_UNKNOWN, f"PSID {psid} is not in the BOM"))

@@ -128,7 +128,8 @@ ansible_facts:
         gpus:
           description:
             - One entry per GPU, as read from C(nvidia-smi -q -x).
-            - Its firmware as the GPU reports it in band is C(vbios_version) and C(gsp_firmware_version) (V(null) where
+            - Its firmware as the GPU reports it in band is C(vbios_version), C(inforom_version) (the InfoROM image) and
+              C(gsp_firmware_version) (V(null) where
               C(nvidia-smi) prints N/A); the HGX bundle, NVSwitch, BMC and BIOS firmware are read out of band from the BMC
               by the audit playbook, not by this module.
           type: list
@@ -141,6 +142,7 @@ ansible_facts:
               serial: "1652223014857"
               pci_bus_id: 00000000:18:00.0
               vbios_version: 96.00.74.00.0D
+              inforom_version: G520.0200.00.05
               gsp_firmware_version: 550.90.07
               ecc: {volatile_dbe: 0, aggregate_dbe: 0}
               remapped_rows: {pending: false, failure: false}
@@ -168,7 +170,10 @@ ansible_facts:
           returned: when fabricmanager is gathered
           sample: {installed: true, version: 550.90.07, running: true, state: active, matches_driver: true, required: true}
         nics:
-          description: ConnectX adapters with PSID, part number and firmware.
+          description:
+            - ConnectX adapters with PSID, part number and firmware.
+            - A device the Mellanox tool could not open is listed with C(query_failed=true) and its C(status) (for
+              example C(Failed to open device)); its PSID and versions are V(null), and it is never flashed.
           type: list
           elements: dict
           returned: when nics is gathered

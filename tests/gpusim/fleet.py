@@ -115,6 +115,8 @@ def _inventory(fleet: spec_mod.Fleet, workdir: Path, bmc_password: str) -> Path:
                 "bmc_user": fleet.bmc_user,
                 "bmc_password": bmc_password,
                 "bmc_port": fleet.bmc_port,
+                # The certificate the BMCs serve, for playbooks that check it (the audit does by default).
+                "gpufleet_bmc_ca_path": str(workdir / "bmc" / "cert.pem"),
             },
             # Every SKU group sits under gpu_nodes, the group the playbooks target by default.
             "children": {"gpu_nodes": {"children": groups}},

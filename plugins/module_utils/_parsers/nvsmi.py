@@ -201,6 +201,7 @@ def _empty_gpu(index):
         "serial": None,
         "pci_bus_id": None,
         "vbios_version": None,
+        "inforom_version": None,
         "product_architecture": None,
         "persistence_mode": None,
         "driver_model_current": None,
@@ -347,6 +348,7 @@ def _xml_gpu(gpu, position):
     result["serial"] = _xml_text(gpu, "serial")
     result["pci_bus_id"] = _first(_xml_text(gpu, "pci/pci_bus_id"), text_or_none(gpu.get("id")))
     result["vbios_version"] = _xml_text(gpu, "vbios_version")
+    result["inforom_version"] = _xml_text(gpu, "inforom_version/img_version")
     result["product_architecture"] = _xml_text(gpu, "product_architecture")
     result["persistence_mode"] = _xml_text(gpu, "persistence_mode")
     result["driver_model_current"] = _xml_text(gpu, "driver_model/current_dm")
@@ -645,6 +647,7 @@ def _text_gpu(gpu, position, bus_id):
     result["serial"] = gpu.text("serial number")
     result["pci_bus_id"] = _first(gpu.text("pci", "bus id"), bus_id)
     result["vbios_version"] = gpu.text("vbios version")
+    result["inforom_version"] = gpu.text("inforom version", "image version")
     result["product_architecture"] = gpu.text("product architecture")
     result["persistence_mode"] = gpu.text("persistence mode")
     result["driver_model_current"] = gpu.text("driver model", "current")

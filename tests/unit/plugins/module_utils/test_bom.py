@@ -233,3 +233,21 @@ def test_installed_but_not_loaded_still_says_so():
 def test_bad_firmware_sections_are_refused(section, message):
     with pytest.raises(BomError, match=message):
         validate_bom(dict(BOM, **section))
+
+
+def test_nic_the_tool_could_not_open_is_unknown_with_its_status_not_a_missing_psid():
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import node_drift
+
+    facts = {
+        "driver": {"version": "550.90.07", "installed": True, "loaded": True},
+        "gpus": [],
+        "nics": [
+            {"pci": "0000:1a:00.0", "psid": "MT_0000000838", "fw_current": "28.43.1014", "query_failed": False},
+            {"pci": "0000:3b:00.0", "psid": None, "fw_current": None, "query_failed": True, "status": "Failed to open device"},
+        ],
+    }
+    items = {i["component"]: i for i in node_drift(facts, {"nic_firmware": {"MT_0000000838": "28.43.1014"}})}
+    assert items["nic_firmware[0000:1a:00.0]"]["status"] == "ok"
+    failed = items["nic_firmware[0000:3b:00.0]"]
+    assert failed["status"] == "unknown"
+    assert failed["detail"] == "the Mellanox tool could not read this device (Failed to open device): its firmware is unknown"

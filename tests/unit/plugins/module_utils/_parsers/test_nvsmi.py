@@ -1295,3 +1295,12 @@ def test_query_text_two_part_version_with_its_newline():
     assert nvsmi.parse_query_text("Driver Version : 595.80\nCUDA Version : 13.2\n", strict=False)["driver_version"] == "595.80"
     with pytest.raises(ParseError, match=r"nvidia-smi -q: Driver Version '595\.80' has no patch part"):
         nvsmi.parse_query_text("Driver Version : 595.80", strict=False)
+
+
+def test_inforom_image_version_from_xml_and_text(real_dir):
+    """The audit compares a BOM's gpu.inforom with the InfoROM image version of every GPU."""
+    xml = nvsmi.parse_xml((real_dir / "nvsmi_qx_tesla-t4_515.105.01_telegraf.xml").read_text())
+    assert [g["inforom_version"] for g in xml["gpus"]] == ["G183.0200.00.02"]
+    split = real_dir / "nvgpuexp_captures" / "split_h100-80gb-hbm3__590.48.01" / "h100-80gb-hbm3__590.48.01__idle-query-q.txt"
+    text = nvsmi.parse_query_text(split.read_text())
+    assert {g["inforom_version"] for g in text["gpus"]} == {"G520.0200.00.05"}
