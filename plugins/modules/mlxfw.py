@@ -140,6 +140,8 @@ devices:
     - C(action) is V(upgrade), V(downgrade), V(activate) (burnt before, reset now), V(none) (already at the image's version),
       V(skip) (not selected, or no image of its PSID with O(unmatched=skip)) or V(unreadable) (the tool could not open it; never flashed).
     - C(before) and C(after) are the firmware on flash, C(running_before) and C(running_after) the firmware running.
+    - With O(reset=mlxfwreset), C(reset_levels) lists the levels C(mlxfwreset query) reports as supported, C(live_reset) whether level 3
+      is among them, and C(reset_level) is set when the reset ran and completed.
   returned: always
   type: list
   elements: dict
@@ -156,6 +158,8 @@ devices:
       running_before: 28.40.1000
       running_after: 28.43.1014
       target: 28.43.1014
+      live_reset: true
+      reset_levels: [0, 3, 4]
       reset_level: 3
       reason: null
 images:

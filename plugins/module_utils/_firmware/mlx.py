@@ -138,6 +138,7 @@ class NicFirmware:
         self.counter = CommandCounter()
         self.notes = []
         self._flint = None
+        self._reset_tool = None
 
     # -- tools ---------------------------------------------------------------------------------------
     @property
@@ -303,10 +304,12 @@ class NicFirmware:
                         devices=planned,
                     )
                 entry["action"] = "downgrade"
-            elif device["running"] != device["flash"] and self.options["reset"] == "mlxfwreset":
+            elif device["running"] != device["flash"] and self.options["reset"] == "mlxfwreset" and self.live_reset(entry):
                 entry["action"] = "activate"  # burnt before, never reset: the reset is what is left to do
             else:
                 entry["action"] = "none"
+            if entry["action"] in ("upgrade", "downgrade") and self.options["reset"] == "mlxfwreset":
+                self.live_reset(entry)  # learnt before anything is burnt, so check mode can say whether a reboot follows
         return planned
 
     # -- acting --------------------------------------------------------------------------------------
@@ -367,22 +370,38 @@ class NicFirmware:
             ) from exc
         entry["burnt"] = True
 
-    def _reset(self, entry, reset_tool):
-        """Run mlxfwreset at level 3 when the device supports it; False when the node must reboot instead."""
+    def live_reset(self, entry):
+        """True when ``mlxfwreset query`` lists level 3 as supported for the device (cached); a note says why not otherwise.
+
+        Read-only, so it runs in check mode too and before anything is burnt.
+        """
+        if "live_reset" in entry:
+            return entry["live_reset"]
+        entry["live_reset"] = False
+        if self._reset_tool is None:
+            self._reset_tool = Mlxfwreset(self.module, counter=self.counter)
+        if not self._reset_tool.available:
+            self.notes.append("mlxfw: mlxfwreset was not found on the node: reboot the node to run the new firmware")
+            return False
         try:
-            levels = parse.parse_fwreset_query(reset_tool.query(entry["pci"]))
+            levels = parse.parse_fwreset_query(self._reset_tool.query(entry["pci"]))
         except (ToolError, ValueError) as exc:
             self.notes.append(f"mlxfw: mlxfwreset query failed on {entry['pci']} ({getattr(exc, 'msg', exc)}): reboot the node to run the new firmware")
             return False
-        supported = {row["level"] for row in levels["levels"] if row["supported"]}
-        entry["reset_levels"] = sorted(supported)
+        supported = sorted(row["level"] for row in levels["levels"] if row["supported"])
+        entry["reset_levels"] = supported
         if RESET_LEVEL not in supported:
             self.notes.append(
-                f"mlxfw: {entry['pci']} supports no live reset (mlxfwreset level 3 not supported; levels {sorted(supported)}): "
+                f"mlxfw: {entry['pci']} supports no live reset (mlxfwreset level 3 not supported; levels {supported}): "
                 "reboot the node to run the new firmware"
             )
             return False
-        rc, out, err = reset_tool.reset(entry["pci"], RESET_LEVEL, timeout=self.options["timeout"])
+        entry["live_reset"] = True
+        return True
+
+    def _reset(self, entry):
+        """Run mlxfwreset at level 3 (the plan saw the device list it); False when the node must reboot instead."""
+        rc, out, err = self._reset_tool.reset(entry["pci"], RESET_LEVEL, timeout=self.options["timeout"])
         try:
             done = parse.parse_fwreset_reset(out)
         except ValueError:
@@ -453,12 +472,9 @@ class NicFirmware:
     def _activate(self, to_do):
         if self.options["reset"] != "mlxfwreset":
             return
-        reset_tool = Mlxfwreset(self.module, counter=self.counter)
-        if not reset_tool.available:
-            self.notes.append("mlxfw: mlxfwreset was not found on the node: reboot the node to run the new firmware")
-            return
         for entry in to_do:
-            self._reset(entry, reset_tool)
+            if entry.get("live_reset"):
+                self._reset(entry)
 
     def _verify(self, planned, after):
         for entry in planned:
@@ -477,8 +493,8 @@ class NicFirmware:
             if not entry["target"] or entry["action"] in ("skip", "unreadable"):
                 continue
             if predicted and entry["action"] in ACTIONS:
-                # Whether mlxfwreset works is only known by trying; without it a reboot is always needed.
-                if self.options["reset"] != "mlxfwreset":
+                # A device that lists level 3 is predicted to reset in place: whether the reset works is known only by trying.
+                if not entry.get("live_reset"):
                     return True
                 continue
             if entry["running_after"] != entry["target"]:

@@ -203,15 +203,19 @@ def fwreset_main(argv: list[str]) -> int:
     if not found:
         fail(f"-E- Failed to open device: {dev}", 1, "out")
     idx, _nic = found
+    no_live = st.fault(state, "nic_no_live_reset")
+    live = not (no_live and int(no_live.get("nic", idx)) == idx)
+    level3 = "-Supported" if live else "-Not Supported"
     if cmd == "query":
         out("Reset-levels:\n"
             "0: Driver, PCI link, network link will remain up (\"live-Patch\")  -Supported     (default)\n"
             "1: Only ARM side will not remain up (\"Immediate reset\").         -Not Supported\n"
-            "3: Driver restart and PCI reset                                  -Supported\n"
+            f"3: Driver restart and PCI reset                                  {level3}\n"
             "4: Warm Reboot                                                   -Supported\n")
         return 0
-    names = {0: "Driver, PCI link, network link will remain up (\"live-Patch\")", 3: "Driver restart and PCI reset",
-             4: "Warm Reboot"}
+    names = {0: "Driver, PCI link, network link will remain up (\"live-Patch\")", 4: "Warm Reboot"}
+    if live:
+        names[3] = "Driver restart and PCI reset"
     if level not in names:
         fail(f"-E- Reset level {level} is not supported for device {dev}", 1, "out")
     out(f"\nThe reset level for device, {dev} is:\n\n{level}: {names[level]}")

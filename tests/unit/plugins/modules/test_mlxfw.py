@@ -195,8 +195,8 @@ def test_upgrade_with_mlxfwreset_runs_exact_commands_and_records_state(tmp_path,
         [FLINT, "-i", path, "v"],
         MANAGER,
         [FLINT, "-d", MST0, "q"],
-        burn(node, MST0, path),
         [RESET, "--device", MST0, "query"],
+        burn(node, MST0, path),
         [RESET, "--device", MST0, "--level", "3", "-y", "reset"],
         MANAGER,
         [FLINT, "-d", MST0, "q"],
@@ -392,6 +392,20 @@ def test_no_live_reset_level_means_reboot_required(tmp_path, commands, monkeypat
     assert [RESET, "--device", MST0, "query"] in node.argvs()
     assert not any(argv[-1] == "reset" for argv in node.argvs())
     assert any("level 3 not supported" in warning for warning in warnings)
+    # Burnt, not running, and no live reset: a second run has nothing it can do (it was "activate" again, for ever).
+    for check in (True, False):
+        again = run_module(mlxfw.main, args(node, path, checksum, reset="mlxfwreset"), check_mode=check)
+        assert (again["changed"], again["reboot_required"], again["devices"][0]["action"]) == (False, True, "none")
+
+
+@pytest.mark.parametrize(("levels", "reboot"), [(LEVELS_3, False), (LEVELS_REBOOT_ONLY, True)], ids=["level-3", "reboot-only"])
+def test_check_mode_predicts_reboot_from_the_reset_levels(tmp_path, commands, monkeypatch, run_module, levels, reboot):
+    node = Nics(tmp_path, commands, monkeypatch, [cx7()], levels=levels)
+    path, checksum = node.image(CX7, "28.43.1014")
+    result = run_module(mlxfw.main, args(node, path, checksum, reset="mlxfwreset"), check_mode=True)
+    assert (result["changed"], result["reboot_required"]) == (True, reboot)
+    assert [RESET, "--device", MST0, "query"] in node.argvs()
+    assert not any(argv[-1] in ("burn", "reset") for argv in node.argvs())
 
 
 def test_failed_reset_falls_back_to_reboot(tmp_path, commands, monkeypatch, run_module, warnings):
