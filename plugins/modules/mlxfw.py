@@ -39,7 +39,7 @@ options:
   image:
     description:
       - Absolute path on the node of one firmware image (C(.bin)). Devices of its PSID are updated to it.
-      - Exactly one of O(image) and O(image_dir) is required.
+      - Exactly one of O(image), O(image_dir) and O(images) is required.
     type: path
   checksum:
     description: The sha256 of O(image), as V(sha256:<hex>) or bare hex. A mismatch fails before anything changes.
@@ -52,6 +52,20 @@ options:
     description:
       - With O(image_dir), the sha256 of each image to use, as a dict of file name (in O(image_dir)) to V(sha256:<hex>) or bare hex.
     type: dict
+  images:
+    description:
+      - The images as a list, each with its absolute C(path) on the node and its C(checksum) (V(sha256:<hex>) or bare hex), at most one per PSID.
+    type: list
+    elements: dict
+    suboptions:
+      path:
+        description: Absolute path of the image on the node.
+        type: path
+        required: true
+      checksum:
+        description: The sha256 of the image.
+        type: str
+        required: true
   devices:
     description:
       - The devices to update, as mlxfwmanager names them (RV(devices[].pci), a PCI address such as V(0000:17:00.0) or an MST device
@@ -198,6 +212,7 @@ ARGUMENT_SPEC = {
     "checksum": {"type": "str"},
     "image_dir": {"type": "path"},
     "checksums": {"type": "dict"},
+    "images": {"type": "list", "elements": "dict", "options": {"path": {"type": "path", "required": True}, "checksum": {"type": "str", "required": True}}},
     "devices": {"type": "list", "elements": "str"},
     "unmatched": {"type": "str", "choices": ["fail", "skip"], "default": "fail"},
     "allow_downgrade": {"type": "bool", "default": False},
@@ -212,8 +227,8 @@ ARGUMENT_SPEC = {
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        mutually_exclusive=[("image", "image_dir"), ("checksum", "checksums")],
-        required_one_of=[("image", "image_dir")],
+        mutually_exclusive=[("image", "image_dir", "images"), ("checksum", "checksums")],
+        required_one_of=[("image", "image_dir", "images")],
         supports_check_mode=True,
     )
     try:

@@ -62,9 +62,11 @@ def _version_key(version, where):
 
 def check_options(params):
     """The options, checked and normalised; MlxFwError naming the option otherwise. Runs no command."""
-    image, image_dir = params.get("image"), params.get("image_dir")
-    if bool(image) == bool(image_dir):
-        raise MlxFwError("give exactly one of image (one firmware image file) and image_dir (a folder of images, with checksums)")
+    image, image_dir, listed = params.get("image"), params.get("image_dir"), params.get("images")
+    if sum(1 for given in (image, image_dir, listed) if given) != 1:
+        raise MlxFwError(
+            "give exactly one of image (one firmware image file), image_dir (a folder of images, with checksums) and images (a list of path and checksum)"
+        )
     images = []
     if image:
         if not os.path.isabs(image):
@@ -74,7 +76,7 @@ def check_options(params):
         if not params.get("checksum"):
             raise MlxFwError("checksum is required with image: the sha256 of the image (sha256:<hex> or the 64 hex digits)")
         images.append({"path": image, "checksum": parse_checksum(params["checksum"], "checksum")})
-    else:
+    elif image_dir:
         if not os.path.isabs(image_dir):
             raise MlxFwError(f"image_dir must be an absolute path on the node, got {image_dir!r}")
         if params.get("checksum"):
@@ -86,6 +88,16 @@ def check_options(params):
             if not isinstance(name, str) or _FILE_NAME.fullmatch(name) is None or name in (".", ".."):
                 raise MlxFwError(f"checksums: {name!r} is not a plain file name in image_dir (letters, digits and . _ + -, no /)")
             images.append({"path": os.path.join(image_dir, name), "checksum": parse_checksum(checksums[name], f"checksums[{name}]")})
+    else:
+        if params.get("checksum") or params.get("checksums"):
+            raise MlxFwError("images carries each image's checksum: leave checksum and checksums out")
+        for number, entry in enumerate(listed):
+            path = entry.get("path")
+            if not isinstance(path, str) or not os.path.isabs(path):
+                raise MlxFwError(f"images[{number}].path must be an absolute path on the node, got {path!r}")
+            if path in (known["path"] for known in images):
+                raise MlxFwError(f"images[{number}].path {path} is listed twice")
+            images.append({"path": path, "checksum": parse_checksum(entry.get("checksum"), f"images[{number}].checksum")})
     devices = params.get("devices") or []
     for device in devices:
         if not isinstance(device, str) or not (_PCI.fullmatch(device) or _MST.fullmatch(device)):
@@ -392,8 +404,7 @@ class NicFirmware:
         entry["reset_levels"] = supported
         if RESET_LEVEL not in supported:
             self.notes.append(
-                f"mlxfw: {entry['pci']} supports no live reset (mlxfwreset level 3 not supported; levels {supported}): "
-                "reboot the node to run the new firmware"
+                f"mlxfw: {entry['pci']} supports no live reset (mlxfwreset level 3 not supported; levels {supported}): reboot the node to run the new firmware"
             )
             return False
         entry["live_reset"] = True

@@ -281,6 +281,28 @@ def test_image_dir_matches_each_device_by_psid(tmp_path, commands, monkeypatch, 
     assert node.fact()["last_known_good"]["nic_firmware"]["version"] == "28.40.1000+22.41.1000"
 
 
+def test_images_list_matches_each_device_by_psid(tmp_path, commands, monkeypatch, run_module):
+    node = Nics(tmp_path, commands, monkeypatch, [cx7(), cx6()])
+    cx7_path, cx7_sum = node.image(CX7, "28.43.1014")
+    cx6_path, cx6_sum = node.image(CX6, "22.43.1014")
+    images = [{"path": cx7_path, "checksum": cx7_sum}, {"path": cx6_path, "checksum": cx6_sum}]
+    result = run_module(mlxfw.main, {"images": images, "state_file": str(node.state_file)})
+    assert not result.get("failed"), result["msg"]
+    assert [argv for argv in node.argvs() if argv[-1] == "burn"] == [burn(node, MST0, cx7_path), burn(node, BDF1, cx6_path)]
+    twice = run_module(mlxfw.main, {"images": [images[0], dict(images[0])], "state_file": str(node.state_file)})
+    assert twice["failed"] and "is listed twice" in twice["msg"]
+
+
+def test_two_images_of_one_psid_are_refused(tmp_path, commands, monkeypatch, run_module):
+    node = Nics(tmp_path, commands, monkeypatch, [cx7()])
+    first = node.image(CX7, "28.43.1014")
+    second = node.image(CX7, "28.42.1000")
+    images = [{"path": path, "checksum": checksum} for path, checksum in (first, second)]
+    result = run_module(mlxfw.main, {"images": images, "state_file": str(node.state_file)})
+    assert result["failed"] and "are both images for PSID MT_0000000834" in result["msg"]
+    assert not any(argv[-1] == "burn" or argv[0].endswith("mlxfwmanager") for argv in node.argvs())
+
+
 # --- refusals: nothing changed -----------------------------------------------------------------------------
 
 
