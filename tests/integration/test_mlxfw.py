@@ -189,6 +189,58 @@ def test_flash_failure_fails_and_is_recorded(fleet):
     assert fact["last_known_good"]["nic_firmware"]["version"] == OLD
 
 
-def play_hosts(proc: subprocess.CompletedProcess) -> dict[str, dict]:
-    """{host: {"changed", "failed"}} summed over the play (the json callback's stats)."""
-    return json_doc(proc)["stats"]
+def play_stats(proc: subprocess.CompletedProcess, host: str) -> dict:
+    """The json callback's stats of one host (ok, changed, failures, unreachable...)."""
+    stats = json_doc(proc)["stats"]
+    assert host in stats, (proc.stdout[-3000:], proc.stderr[-2000:])
+    return stats[host]
+
+
+def role_images(fleet: Fleet, *versions: str) -> dict:
+    return {CX7: {version: {"path": fleet.images[(CX7, version)]["image"], "checksum": fleet.images[(CX7, version)]["checksum"]} for version in versions}}
+
+
+def test_role_main_four_ways_then_rollback(fleet):
+    extra = {"nic_firmware_versions": {CX7: NEW}, "nic_firmware_images": role_images(fleet, OLD, NEW), "nic_firmware_rollout_id": "it-role"}
+    steps = {}
+    for step, check in (("check", True), ("real", False), ("idempotent", False), ("idempotent_check", True)):
+        proc = fleet.role("nic-role", "main", extra, check=check)
+        stats = play_stats(proc, "nic-role")
+        assert stats["failures"] == 0 and stats["unreachable"] == 0, (step, proc.stdout[-4000:])
+        steps[step] = stats["changed"] > 0
+        if step == "check":
+            assert fleet.nic("nic-role") == (OLD, None)
+    assert steps == ALL_CHANGED_ONCE
+    assert fleet.nic("nic-role") == (NEW, None)  # mlxfwreset level 3 in place, no reboot needed
+    fact = fleet.fact("nic-role")
+    assert fact["last_known_good"]["nic_firmware"]["devices"] == {MST0: {"psid": CX7, "version": OLD}}
+    assert fact["history"][-1]["rollout_id"] == "it-role"
+
+    back = fleet.role("nic-role", "rollback", {"nic_firmware_images": role_images(fleet, OLD, NEW)})
+    stats = play_stats(back, "nic-role")
+    assert stats["failures"] == 0 and stats["changed"] > 0, back.stdout[-4000:]
+    assert fleet.nic("nic-role") == (OLD, None)
+    fact = fleet.fact("nic-role")
+    assert fact["last_known_good"]["nic_firmware"]["version"] == OLD  # the rollback keeps it
+    assert fact["history"][-1]["action"] == "downgrade"
+
+
+def test_role_rollback_without_the_image_changes_nothing(fleet):
+    proc = fleet.role("nic-role", "rollback", {"nic_firmware_images": role_images(fleet, NEW)})
+    stats = play_stats(proc, "nic-role")
+    assert stats["failures"] == 1 and stats["changed"] == 0
+    assert f"needs nic_firmware_images['{CX7}']['{OLD}']" in proc.stdout
+    assert fleet.nic("nic-role") == (OLD, None)
+
+
+def test_role_leaves_the_reboot_to_the_rollout(fleet):
+    extra = {"nic_firmware_versions": {CX7: NEW}, "nic_firmware_images": role_images(fleet, NEW), "nic_firmware_reset": "reboot", "nic_firmware_reboot": False}
+    proc = fleet.role("nic-role2", "main", extra)
+    stats = play_stats(proc, "nic-role2")
+    assert stats["failures"] == 0 and stats["changed"] > 0, proc.stdout[-4000:]
+    assert fleet.nic("nic-role2") == (OLD, NEW)  # burnt, not running: the rollout's one reboot runs it
+    assert '"nic_firmware_reboot_pending": true' in proc.stdout
+    again = fleet.role("nic-role2", "main", dict(extra, nic_firmware_reboot=True))
+    stats = play_stats(again, "nic-role2")
+    assert stats["failures"] == 0, again.stdout[-4000:]
+    assert fleet.nic("nic-role2") == (NEW, None)  # the pending firmware made the second run reboot

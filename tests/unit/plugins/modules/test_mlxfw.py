@@ -12,8 +12,10 @@ from ansible_collections.gpufleet.lifecycle.plugins.modules import mlxfw
 
 from tests.conftest import real_params
 
-CX7, CX6 = "MT_0000000834", "MT_0000000359"
-MST0, BDF1 = "/dev/mst/mt4129_pciconf0", "0000:0d:00.0"
+CX7 = "MT_0000000834"
+CX6 = "MT_0000000359"
+MST0 = "/dev/mst/mt4129_pciconf0"
+BDF1 = "0000:0d:00.0"
 FLINT = "/usr/bin/flint"
 MSTFLINT = "/usr/bin/mstflint"
 MANAGER = ["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"]
