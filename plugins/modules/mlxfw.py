@@ -68,7 +68,7 @@ options:
         required: true
   devices:
     description:
-      - The devices to update, as mlxfwmanager names them (RV(devices[].pci), a PCI address such as V(0000:17:00.0) or an MST device
+      - The devices to update, as mlxfwmanager names them (C(pci) in RV(devices), a PCI address such as V(0000:17:00.0) or an MST device
         such as V(/dev/mst/mt4129_pciconf0)). Every NIC when not set.
       - Required where mlxfwmanager (MFT) is not installed, since the NICs are then queried one by one with C(flint) or C(mstflint).
       - A named device that is not found, cannot be read, or has no image of its PSID fails the module before anything changes.
@@ -77,7 +77,7 @@ options:
   unmatched:
     description:
       - What to do with a device that has no image of its PSID. V(fail) refuses and changes nothing, naming the device and its PSID;
-        V(skip) leaves it alone (it is reported with RV(devices[].action=skip)).
+        V(skip) leaves it alone (it is reported with C(action=skip)).
     type: str
     choices: [fail, skip]
     default: fail
@@ -93,7 +93,7 @@ options:
         so that one reboot serves the NIC, GPU firmware and driver changes.
       - A level 3 reset restarts the NIC's driver and resets its PCI device, so its links go down for seconds. Do not use it on the NIC
         that carries the SSH session of the play.
-      - With V(mlxfwreset), a device whose image is already on flash but not running yet is reset (RV(devices[].action=activate)).
+      - With V(mlxfwreset), a device whose image is already on flash but not running yet is reset (C(action=activate)).
     type: str
     choices: [none, mlxfwreset, reboot]
     default: none
@@ -159,6 +159,57 @@ devices:
   returned: always
   type: list
   elements: dict
+  contains:
+    pci:
+      description: The device as mlxfwmanager names it (an MST device or a PCI address); what O(devices) and C(flint -d) take.
+      type: str
+    psid:
+      description: The device's PSID (None for a device the tool could not open).
+      type: str
+    type:
+      description: The device type, for example V(ConnectX7).
+      type: str
+    part_number:
+      description: The board's part number.
+      type: str
+    status:
+      description: The status mlxfwmanager printed for the device (the reason, for one it could not open).
+      type: str
+    action:
+      description: What the module did or would do.
+      type: str
+      choices: [upgrade, downgrade, activate, none, skip, unreadable]
+    reason:
+      description: Why a device is skipped or unreadable.
+      type: str
+    image:
+      description: The image of the device's PSID.
+      type: str
+    target:
+      description: The firmware version in that image.
+      type: str
+    before:
+      description: The firmware on flash before.
+      type: str
+    after:
+      description: The firmware on flash after.
+      type: str
+    running_before:
+      description: The firmware running before.
+      type: str
+    running_after:
+      description: The firmware running after.
+      type: str
+    live_reset:
+      description: Whether C(mlxfwreset query) lists level 3 for the device (with O(reset=mlxfwreset)).
+      type: bool
+    reset_levels:
+      description: The reset levels C(mlxfwreset query) lists as supported.
+      type: list
+      elements: int
+    reset_level:
+      description: The level of the reset that ran and completed.
+      type: int
   sample:
     - pci: /dev/mst/mt4129_pciconf0
       type: ConnectX7
