@@ -180,11 +180,17 @@ class MlxFwManager(Tool):
     binary = "mlxfwmanager"
     label = "mlxfwmanager --query"
 
-    def query_xml(self, device=None):
-        # mlxfwmanager can exit non-zero while printing a valid report (for
-        # example "no matching image found"): the caller judges the XML.
+    def query(self, device=None, query_format="XML"):
+        """``(rc, stdout, stderr)`` of ``[-d DEV] --query --query-format XML|Text``, whatever the exit status.
+
+        mlxfwmanager can exit non-zero while printing a valid report (for example "no matching
+        image found"): the caller judges the report.
+        """
         selected = ["-d", device] if device else []
-        return self.run([*selected, "--query", "--query-format", "XML"], ok_rcs=None)[1]
+        return self.run([*selected, "--query", "--query-format", query_format], ok_rcs=None)
+
+    def query_xml(self, device=None):
+        return self.query(device)[1]
 
 
 class Mstflint(Tool):

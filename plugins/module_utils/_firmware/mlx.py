@@ -199,8 +199,21 @@ class NicFirmware:
         """The NICs: mlxfwmanager's XML where MFT is installed, else ``flint -d DEV q`` for each of O(devices)."""
         manager = MlxFwManager(self.module, counter=self.counter)
         if manager.available:
+            rc, out, err = manager.query()
+            try:
+                records = parse.parse_fwmanager_xml(out)
+            except ValueError as exc:
+                said = (err or out).strip()[-300:] or "nothing"
+                raise MlxFwError(
+                    f"mlxfwmanager --query printed no device report (exit status {rc}: {said}). Nothing was changed. "
+                    f"Check that the NICs are visible (lspci -d 15b3:) and, with MFT, that mst is started ({exc})",
+                    cmd=self.counter.commands[-1],
+                    rc=rc,
+                    stdout=out,
+                    stderr=err,
+                ) from exc
             devices = []
-            for record in parse.parse_fwmanager_xml(manager.query_xml()):
+            for record in records:
                 readable = not record.get("query_failed") and record.get("psid") and record.get("fw_current")
                 devices.append(
                     {

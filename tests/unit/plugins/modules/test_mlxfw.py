@@ -514,3 +514,16 @@ def test_image_psid_and_version_come_from_real_flint_output(tmp_path, commands, 
     assert not result.get("failed"), result["msg"]
     assert result["images"][0]["psid"] == query["psid"] and result["images"][0]["version"] == query["fw_version"]
     assert (result["changed"], result["devices"][0]["action"]) == (False, "none")
+
+
+def test_mlxfwmanager_without_a_report_fails_with_its_output(tmp_path, commands, monkeypatch, run_module):
+    node = Nics(tmp_path, commands, monkeypatch, [cx7()])
+    path, checksum = node.image(CX7, "28.43.1014")
+    original = node.refresh
+    node.refresh = lambda: (original(), commands.on(MANAGER, rc=1, stdout="-E- No devices found or specified, mst might be stopped.\n"))
+    result = run_module(mlxfw.main, args(node, path, checksum))
+    assert result["failed"]
+    assert result["msg"].startswith("mlxfwmanager --query printed no device report (exit status 1: -E- No devices found or specified, mst might be stopped.)")
+    assert "Nothing was changed" in result["msg"]
+    assert (result["rc"], result["cmd"][-3:]) == (1, ["--query", "--query-format", "XML"])
+    assert not any(argv[-1] == "burn" for argv in node.argvs())
