@@ -175,7 +175,18 @@ class NicFirmware:
         images = []
         by_psid = {}
         for image in self.options["images"]:
-            query = parse.parse_flint_query(self.flint.query_image(image["path"]))
+            try:
+                query = parse.parse_flint_query(self.flint.query_image(image["path"]))
+            except ToolError as exc:
+                raise MlxFwError(
+                    f"{self.flint.name} cannot read {image['path']} (-i IMG q): {exc.msg}. It is not a firmware image it knows. Nothing was changed",
+                    cmd=exc.cmd,
+                    rc=exc.rc,
+                    stdout=exc.stdout,
+                    stderr=exc.stderr,
+                ) from exc
+            except ValueError as exc:
+                raise MlxFwError(f"{image['path']}: {exc}. Nothing was changed") from exc
             try:
                 self.flint.verify_image(image["path"])
             except ToolError as exc:

@@ -405,6 +405,18 @@ def test_image_that_fails_flint_verify_is_refused(tmp_path, commands, monkeypatc
     assert node.argvs() == [[FLINT, "-i", path, "q"], [FLINT, "-i", path, "v"]]
 
 
+def test_image_flint_cannot_read_is_refused(tmp_path, commands, monkeypatch, run_module):
+    node = Nics(tmp_path, commands, monkeypatch, [cx7()])
+    path, checksum = node.image(CX7, "28.43.1014")
+    original = node.refresh
+    node.refresh = lambda: (original(), commands.on([FLINT, "-i", path, "q"], rc=1, stdout=f"-E- Cannot read image {path}: Invalid image format\n"))
+    result = run_module(mlxfw.main, args(node, path, checksum))
+    assert result["failed"]
+    assert result["msg"].startswith(f"flint cannot read {path} (-i IMG q): flint failed with exit status 1: -E- Cannot read image")
+    assert "Nothing was changed" in result["msg"] and result["rc"] == 1
+    assert node.argvs() == [[FLINT, "-i", path, "q"]]
+
+
 # --- reset level from the device ---------------------------------------------------------------------------
 
 
