@@ -180,18 +180,41 @@ class MlxFwManager(Tool):
     binary = "mlxfwmanager"
     label = "mlxfwmanager --query"
 
-    def query_xml(self):
-        # mlxfwmanager can exit non-zero while printing a valid report (for
-        # example "no matching image found"): the caller judges the XML.
-        return self.run(["--query", "--query-format", "XML"], ok_rcs=None)[1]
+    def query(self, device=None, query_format="XML"):
+        """``(rc, stdout, stderr)`` of ``[-d DEV] --query --query-format XML|Text``, whatever the exit status.
+
+        mlxfwmanager can exit non-zero while printing a valid report (for example "no matching
+        image found"): the caller judges the report.
+        """
+        selected = ["-d", device] if device else []
+        return self.run([*selected, "--query", "--query-format", query_format], ok_rcs=None)
+
+    def query_xml(self, device=None):
+        return self.query(device)[1]
 
 
 class Mstflint(Tool):
+    """flint's open-source twin (mstflint package); the same commands and output as MFT's flint."""
+
     binary = "mstflint"
     label = "mstflint query"
+    # Burning a ConnectX image takes one to a few minutes; a hung burn must still end.
+    BURN_TIMEOUT = 1200
 
     def query(self, device):
         return self.run(["-d", device, "q"])[1]
+
+    def query_image(self, image):
+        """``-i IMG q``: the PSID and firmware version inside an image file."""
+        return self.run(["-i", image, "q"])[1]
+
+    def verify_image(self, image):
+        """``-i IMG v``: the image's own integrity check (exit status 0 when it is bootable)."""
+        return self.run(["-i", image, "v"])[1]
+
+    def burn(self, device, image, timeout=None):
+        """``-d DEV -i IMG -y burn``: writes the image (flint refuses an image of another PSID itself)."""
+        return self.run(["-d", device, "-i", image, "-y", "burn"], timeout=timeout or self.BURN_TIMEOUT)[1]
 
 
 class Modinfo(Tool):
@@ -289,8 +312,18 @@ class Nvfwupd(Tool):
 class Mlxfwreset(Tool):
     binary = "mlxfwreset"
     label = "mlxfwreset"
+    # A level 3 reset restarts the driver and resets the PCI device: seconds, bounded generously.
+    RESET_TIMEOUT = 600
+
+    def query(self, device):
+        """``--device DEV query``: the reset levels the device supports."""
+        return self.run(["--device", device, "query"])[1]
+
+    def reset(self, device, level, timeout=None):
+        """``--device DEV --level N -y reset`` (rc and output both returned: the caller judges the steps)."""
+        return self.run(["--device", device, "--level", str(level), "-y", "reset"], ok_rcs=None, timeout=timeout or self.RESET_TIMEOUT)
 
 
-class Flint(Tool):
+class Flint(Mstflint):
     binary = "flint"
     label = "flint"

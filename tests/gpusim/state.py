@@ -40,11 +40,13 @@ MODULE_USERS = {"nvidia": ("nvidia_modeset", "nvidia_uvm", "nvidia_peermem"),
 FAULT_KINDS = (
     "dkms_fail", "no_return", "gpu_missing", "xid79", "xid48", "xid119", "ecc_dbe", "fm_mismatch",
     "fm_inactive", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail", "psid_mismatch",
-    "gpu_process", "headers_missing", "modules_busy", "bmc_unresponsive",
+    "gpu_process", "headers_missing", "modules_busy", "bmc_unresponsive", "nic_no_live_reset",
+    "nic_unopenable",
 )
 # Kinds that describe a lasting condition the tools consult (kept in state["faults"]).
 _STANDING = {"dkms_fail", "no_return", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail",
-             "headers_missing", "modules_busy", "bmc_unresponsive"}
+             "headers_missing", "modules_busy", "bmc_unresponsive", "nic_no_live_reset",
+             "nic_unopenable"}
 # Standing kinds that a reboot ends (modules_busy: the process holding /dev/nvidia* dies with the node).
 _CLEARED_AT_BOOT = {"modules_busy"}
 # Kinds whose default trigger is the next boot rather than now.
@@ -307,6 +309,11 @@ def apply_fault(state: dict[str, Any], kind: str, **params: Any) -> dict[str, An
     - flash_fail(percent=40): a BMC firmware update task ends in Exception at that percentage, the components
       before it staged, the one being flashed failed, the rest not touched
     - bmc_unresponsive(): the node's BMC stops answering (connections are not accepted) until the fault is cleared
+    - nic_no_live_reset(nic=any): mlxfwreset query lists level 3 (driver restart and PCI reset) as Not Supported
+      for that NIC (all NICs when nic is not given), as on a card whose driver or host cannot sync a live reset;
+      only a reboot (level 4) runs new firmware there
+    - nic_unopenable(nic=0): the NIC's configuration space cannot be opened (a wedged card, a VF passed through):
+      mlxfwmanager lists it with "--" fields and Status "Failed to open device", flint -d and mlxfwreset -d fail
     Returns the state.
     """
     if kind not in FAULT_KINDS:

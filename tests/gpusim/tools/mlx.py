@@ -54,6 +54,18 @@ def _device_block(n: int, nic: dict[str, Any], avail: str, status: str) -> list[
     return lines
 
 
+def _unopenable(state: dict[str, Any], idx: int) -> bool:
+    f = st.fault(state, "nic_unopenable")
+    return bool(f) and int(f.get("nic", 0)) == idx
+
+
+def _unopenable_block(n: int, nic: dict[str, Any]) -> list[str]:
+    return [f"Device #{n}:", "----------", "", f"  Device Type:      {_type_name(nic)}", "  Part Number:      --",
+            "  Description:      --", "  PSID:             ", f"  PCI Device Name:  {nic['mst']}", "  Base MAC:         --",
+            f"  Versions:         {'Current':<15}{'Available':<14}", f"     {'FW':<16}{'--':<15}{'--':<14}", "",
+            "  Status:           Failed to open device", ""]
+
+
 def _vkey(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split(".") if x.isdigit())
 
@@ -113,6 +125,9 @@ def fwmanager_main(argv: list[str]) -> int:
                 images.append((str(p), image))
     plan = []
     for idx, nic in nics:
+        if _unopenable(state, idx):
+            plan.append((idx, nic, "--", "Failed to open device", None))
+            continue
         match = [(p, im) for p, im in images if im["psid"] == nic["psid"]]
         avail = match[0][1]["fw"] if match else "N/A"
         if not match:
@@ -128,6 +143,12 @@ def fwmanager_main(argv: list[str]) -> int:
         lines = ['<?xml version="1.0" encoding="UTF-8" ?>', "<Devices>"]
         for _idx, nic, avail, status, _p in plan:
             _dev, desc, _fam = catalog.nic_info(nic["type"])
+            if status == "Failed to open device":
+                lines += [f"    <Device pciName={quoteattr(nic['mst'])} type={quoteattr(_type_name(nic))} psid=\"\" partNumber=\"--\">",
+                          "      <Versions>", '        <FW current="--" available="--"/>', "      </Versions>",
+                          '      <MACs Base_Mac="--" />', f"      <Status>{status}</Status>", "      <Description>--</Description>",
+                          "    </Device>"]
+                continue
             lines += [f"    <Device pciName={quoteattr(nic['mst'])} type={quoteattr(_type_name(nic))} "
                       f"psid={quoteattr(nic['psid'])} partNumber={quoteattr(nic['part_number'])}>",
                       "      <Versions>",
@@ -142,7 +163,7 @@ def fwmanager_main(argv: list[str]) -> int:
         return 0
     lines = ["Querying Mellanox devices firmware ...", ""]
     for n, (_idx, nic, avail, status, _p) in enumerate(plan, 1):
-        lines += _device_block(n, nic, avail, status)
+        lines += _unopenable_block(n, nic) if status == "Failed to open device" else _device_block(n, nic, avail, status)
     out("\n".join(lines).rstrip("\n"))
     if not do_update:
         return 0
@@ -203,15 +224,21 @@ def fwreset_main(argv: list[str]) -> int:
     if not found:
         fail(f"-E- Failed to open device: {dev}", 1, "out")
     idx, _nic = found
+    if _unopenable(state, idx):
+        fail(f"-E- Failed to open device: {dev}, Input/output error", 1, "out")
+    no_live = st.fault(state, "nic_no_live_reset")
+    live = not (no_live and int(no_live.get("nic", idx)) == idx)
+    level3 = "-Supported" if live else "-Not Supported"
     if cmd == "query":
         out("Reset-levels:\n"
             "0: Driver, PCI link, network link will remain up (\"live-Patch\")  -Supported     (default)\n"
             "1: Only ARM side will not remain up (\"Immediate reset\").         -Not Supported\n"
-            "3: Driver restart and PCI reset                                  -Supported\n"
+            f"3: Driver restart and PCI reset                                  {level3}\n"
             "4: Warm Reboot                                                   -Supported\n")
         return 0
-    names = {0: "Driver, PCI link, network link will remain up (\"live-Patch\")", 3: "Driver restart and PCI reset",
-             4: "Warm Reboot"}
+    names = {0: "Driver, PCI link, network link will remain up (\"live-Patch\")", 4: "Warm Reboot"}
+    if live:
+        names[3] = "Driver restart and PCI reset"
     if level not in names:
         fail(f"-E- Reset level {level} is not supported for device {dev}", 1, "out")
     out(f"\nThe reset level for device, {dev} is:\n\n{level}: {names[level]}")
@@ -298,6 +325,8 @@ def flint_main(argv: list[str]) -> int:
     if not found:
         fail(f"-E- Cannot open Device: {dev}. No such file or directory. MFE_CR_ERROR", 1, "out")
     idx, nic = found
+    if _unopenable(state, idx):
+        fail(f"-E- Cannot open Device: {dev}. Input/output error. MFE_CR_ERROR", 1, "out")
     if cmd == "q":
         out(_flint_query(nic["psid"], _flash_fw(nic), nic["fw"] if nic.get("staged_fw") else None,
                          nic["guid"], nic["mac"]))
