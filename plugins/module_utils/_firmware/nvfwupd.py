@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import math
 import os
 import re
 import shutil
@@ -151,7 +152,7 @@ class FirmwareUpdater:
     # -- commands -------------------------------------------------------------------------------------
 
     def _run(self, args, what, timeout=None):
-        limit = timeout or max(1, int(self.deadline - self.clock()))
+        limit = timeout or max(1, math.ceil(self.deadline - self.clock()))
         self.commands += 1
         try:
             _rc, out, _err = self.tool.run(["-c", self.config, *args], timeout=limit)

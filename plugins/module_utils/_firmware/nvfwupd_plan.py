@@ -65,6 +65,8 @@ def compare_versions(installed, package):
             if a.lower() == b.lower():
                 continue
             return None
+        if ka[0] == 1 and [p[2] for p in ka[2] if p[0]] != [p[2] for p in kb[2] if p[0]]:
+            return None  # other letters (GB200 and HGX): another product line, not an older or newer one
         if ka != kb:
             return -1 if ka < kb else 1
     return 0
