@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Nvfwupd, ToolError, check_timeout
 
 COMPONENT = "gpu_firmware"
+FLASH_ACTIONS = ("update", "downgrade", "replace_staged")
 SERVERTYPES = ("HGX", "DGX", "HGXB100", "GB200", "GB300", "MGX-NVL")
 FORCE_UPDATE_TIMEOUT = 120  # force_update disable runs after the update's deadline too
 _HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
@@ -229,11 +230,14 @@ class FirmwareUpdater:
         results = {r["target"]: r for r in (progress or {}).get("results", [])}
         finished, unfinished = [], []
         for row in rows:
-            if row["action"] not in ("update", "downgrade"):
+            if row["action"] not in FLASH_ACTIONS:
                 continue
             now = after.get(row["component"], {})
             result = results.get(row["component"], {})
-            flashed = row["package"] in (now.get("installed"), now.get("staged")) and result.get("status") != "failed"
+            if row["action"] == "replace_staged":
+                flashed = now.get("staged") in (None, row["package"]) and result.get("status") != "failed"
+            else:
+                flashed = row["package"] in (now.get("installed"), now.get("staged")) and result.get("status") != "failed"
             (finished if flashed else unfinished).append(row["component"])
         return finished, unfinished
 
@@ -281,8 +285,9 @@ class FirmwareUpdater:
         rows = nvfwupd_plan.plan(system["components"], self.params.get("targets"))
         packages = system["system"].get("packages") or []
         package_version = packages[0] if len(packages) == 1 else None
-        to_flash = [r for r in rows if r["action"] in ("update", "downgrade")]
+        to_flash = [r for r in rows if r["action"] in FLASH_ACTIONS]
         downgrades = [r for r in to_flash if r["action"] == "downgrade"]
+        needs_force = downgrades or [r for r in to_flash if r["action"] == "replace_staged"]
         before = nvfwupd_plan.versions(rows, "installed")
         pending = [r for r in rows if r["action"] != "none"]
         result.update(
@@ -311,7 +316,7 @@ class FirmwareUpdater:
         action = "downgrade" if downgrades else "update"
         self.task_ids, progress, failure, self.force_update_failure = [], None, None, None
         try:
-            progress = self._flash_with_force() if downgrades else self._flash()
+            progress = self._flash_with_force() if needs_force else self._flash()
         except (GpufleetError, ValueError) as exc:
             failure = exc
         after_system = None
@@ -366,7 +371,8 @@ def record(params, check_mode=False):
     """Write a ``state_record`` of an earlier call into the node state file (locked).
 
     A history entry for every update or downgrade; the package becomes the last known good
-    ``gpu_firmware`` when every component finished. An ``action: none`` record changes nothing.
+    ``gpu_firmware`` when every component finished, keeping the one before as ``previous`` (what a
+    rollback of this flash goes back to). An ``action: none`` record changes nothing.
     """
     entry = params.get("record")
     if not isinstance(entry, dict) or entry.get("component") != COMPONENT:
@@ -379,11 +385,12 @@ def record(params, check_mode=False):
         return {"changed": True, "state_file": params["state_file"]}
 
     def change(doc):
+        known = _state.last_known_good(doc, COMPONENT) or {}
         _state.append_history(
             doc,
             COMPONENT,
             entry["action"],
-            before=entry.get("package_version_before"),
+            before=known.get("version"),
             after=entry.get("package_version") if entry["result"] == "ok" else None,
             result=entry["result"],
             rollout_id=entry.get("rollout_id"),
@@ -395,7 +402,13 @@ def record(params, check_mode=False):
             },
         )
         if entry["result"] == "ok" and entry.get("package_version"):
-            _state.record_last_known_good(doc, COMPONENT, entry["package_version"], {"package": entry.get("package"), "checksum": entry.get("checksum")})
+            details = {"package": entry.get("package"), "checksum": entry.get("checksum")}
+            if known and known.get("version") != entry["package_version"]:
+                # the package that worked before: what a rollback of this flash goes back to
+                details["previous"] = {k: known.get(k) for k in ("version", "package", "checksum")}
+            elif known.get("previous"):
+                details["previous"] = known["previous"]
+            _state.record_last_known_good(doc, COMPONENT, entry["package_version"], details)
         return True
 
     _changed, _doc = _state.update(params["state_file"], change, purpose="nvfwupd: recording a firmware update")

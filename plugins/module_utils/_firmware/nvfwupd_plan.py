@@ -75,6 +75,10 @@ def compare_versions(installed, package):
 def _action(component):
     installed, package, staged = component["sys_version"], component["pkg_version"], component.get("staged_version")
     if installed == package:
+        if staged is not None and staged != package:
+            # Another version waits for the next reset: flash the package again over it (the BMC skips a version
+            # already installed unless ForceUpdate is on) or the next activation would move away from the package.
+            return "replace_staged"
         return "none"
     if staged is not None and staged == package:
         return "activate"  # flashed already, waiting for its reset: flashing again changes nothing
@@ -88,8 +92,8 @@ def plan(components, targets=None):
     """``[{component, installed, staged, package, action, activation}]`` for what the package covers.
 
     ``action``: ``none`` (at the package's version), ``activate`` (the package's version is staged),
-    ``update``, ``downgrade``. ``targets`` (inventory names) limits the plan; one the package does
-    not cover raises PlanError.
+    ``update``, ``downgrade``, ``replace_staged`` (at the package's version with another one staged).
+    ``targets`` (inventory names) limits the plan; one the package does not cover raises PlanError.
     """
     covered = [c for c in components if c["pkg_version"] is not None]
     if targets:
@@ -112,7 +116,7 @@ def plan(components, targets=None):
                 "staged": component.get("staged_version"),
                 "package": component["pkg_version"],
                 "action": action,
-                "activation": "none" if action == "none" else activation_for(component["ap"]),
+                "activation": "none" if action in ("none", "replace_staged") else activation_for(component["ap"]),
             }
         )
     return rows

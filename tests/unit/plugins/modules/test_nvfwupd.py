@@ -21,18 +21,35 @@ OLD_GPU, NEW_GPU, OLDER_GPU = "96.00.A5.00.01", "96.00.AF.00.01", "96.00.99.00.0
 
 
 def show_version(gpu_sys, gpu_pkg, hmc=("HGX-22.10-1", "HGX-24.04-2"), staged=None, package="HGX-24.04-2"):
-    rows = [{"AP Name": "HGX_FW_BMC_0", "Sys Version": hmc[0], "Staged Version": "N/A", "Pkg Version": hmc[1], "Up-To-Date": "No"},
-            {"AP Name": "HGX_FW_CPLD_0", "Sys Version": "0.1C", "Staged Version": "N/A", "Pkg Version": "N/A", "Up-To-Date": "No"}]
+    rows = [
+        {"AP Name": "HGX_FW_BMC_0", "Sys Version": hmc[0], "Staged Version": "N/A", "Pkg Version": hmc[1], "Up-To-Date": "No"},
+        {"AP Name": "HGX_FW_CPLD_0", "Sys Version": "0.1C", "Staged Version": "N/A", "Pkg Version": "N/A", "Up-To-Date": "No"},
+    ]
     for i in range(2):
-        rows.append({"AP Name": f"HGX_FW_GPU_SXM_{i + 1}", "Sys Version": gpu_sys, "Staged Version": staged or "N/A",
-                     "Pkg Version": gpu_pkg, "Up-To-Date": "No"})
-    return json.dumps({"Error Code": 0, "System Model": "NVIDIA HGX H100 80GB HBM3 8-GPU", "Packages": [package],
-                       "System IP": "10.0.0.1", "Firmware Devices": rows})
+        rows.append(
+            {"AP Name": f"HGX_FW_GPU_SXM_{i + 1}", "Sys Version": gpu_sys, "Staged Version": staged or "N/A", "Pkg Version": gpu_pkg, "Up-To-Date": "No"}
+        )
+    return json.dumps(
+        {"Error Code": 0, "System Model": "NVIDIA HGX H100 80GB HBM3 8-GPU", "Packages": [package], "System IP": "10.0.0.1", "Firmware Devices": rows}
+    )
 
 
 def task(task_id, state, messages=()):
-    return json.dumps({"Error": [], "Error Code": 0, "Output": [{"Id": task_id, "TaskState": state, "TaskStatus": "OK" if state != "Exception" else "Critical",
-                                                                  "PercentComplete": 100 if state == "Completed" else 40, "Messages": list(messages)}]})
+    return json.dumps(
+        {
+            "Error": [],
+            "Error Code": 0,
+            "Output": [
+                {
+                    "Id": task_id,
+                    "TaskState": state,
+                    "TaskStatus": "OK" if state != "Exception" else "Critical",
+                    "PercentComplete": 100 if state == "Completed" else 40,
+                    "Messages": list(messages),
+                }
+            ],
+        }
+    )
 
 
 def msg(message_id, *args):
@@ -40,8 +57,9 @@ def msg(message_id, *args):
 
 
 STARTED = json.dumps({"Error": [], "Error Code": 0, "Output": [{"Messages": [msg("Task.1.0.New", "/redfish/v1/TaskService/Tasks/0")]}]})
-CONNECT_FAILED = json.dumps({"Error": ["Error: Failed to connect to target: ip=XXXX user=XXXX password=XXXX", "Error : Unable to access DUT ip=XXXX"],
-                             "Error Code": 1, "Output": []})
+CONNECT_FAILED = json.dumps(
+    {"Error": ["Error: Failed to connect to target: ip=XXXX user=XXXX password=XXXX", "Error : Unable to access DUT ip=XXXX"], "Error Code": 1, "Output": []}
+)
 
 
 def force_status(value):
@@ -70,13 +88,25 @@ def env(tmp_path, commands, monkeypatch):
     monkeypatch.setattr(manager.os, "access", lambda p, m: p == PYTHON or real_access(p, m))
     commands.tool("python", PYTHON)
     import hashlib
-    return {"pkg": str(pkg), "sha": "sha256:" + hashlib.sha256(pkg.read_bytes()).hexdigest(), "folder": folder,
-            "config": str(folder / "target.yaml"), "seen": seen}
+
+    return {
+        "pkg": str(pkg),
+        "sha": "sha256:" + hashlib.sha256(pkg.read_bytes()).hexdigest(),
+        "folder": folder,
+        "config": str(folder / "target.yaml"),
+        "seen": seen,
+    }
 
 
 def args(env, **extra):
-    base = {"bmc": {"address": "10.0.0.1", "user": "admin", "password": PASSWORD}, "package": env["pkg"], "checksum": env["sha"],
-            "nvfwupd_path": SCRIPT, "nvfwupd_interpreter": PYTHON, "poll_interval": 1}
+    base = {
+        "bmc": {"address": "10.0.0.1", "user": "admin", "password": PASSWORD},
+        "package": env["pkg"],
+        "checksum": env["sha"],
+        "nvfwupd_path": SCRIPT,
+        "nvfwupd_interpreter": PYTHON,
+        "poll_interval": 1,
+    }
     base.update(extra)
     return base
 
@@ -182,9 +212,13 @@ def test_downgrade_failing_midway_disables_force_update_and_names_the_components
     commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(False))
     result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
     argvs = [c["argv"][4:] for c in commands.calls]
-    assert argvs[:5] == [["show_version", "-p", env["pkg"], "-s", "-j"], ["force_update", "enable", "-j"],
-                         ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"], ["show_update_progress", "-i", "0", "-j"],
-                         ["force_update", "disable", "-j"]]
+    assert argvs[:5] == [
+        ["show_version", "-p", env["pkg"], "-s", "-j"],
+        ["force_update", "enable", "-j"],
+        ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"],
+        ["show_update_progress", "-i", "0", "-j"],
+        ["force_update", "disable", "-j"],
+    ]
     assert argvs[5] == ["force_update", "status", "-j"]
     assert result["failed"] and result["force_update"] == {"enabled": True, "disabled_after": True}
     assert "not finished HGX_FW_GPU_SXM_1, HGX_FW_GPU_SXM_2" in result["msg"] or "HGX_FW_GPU_SXM_2" in result["unfinished"]
@@ -256,8 +290,18 @@ def test_targets_go_into_the_config_file_for_this_update_only(commands, env, run
 
 def test_record_writes_history_and_last_known_good(commands, run_module, tmp_path):
     path = tmp_path / "gpufleet.fact"
-    record = {"component": "gpu_firmware", "action": "update", "result": "ok", "package_version": "HGX-24.04-2", "package": "/p.fwpkg",
-              "checksum": "sha256:" + "a" * 64, "finished": ["HGX_FW_BMC_0"], "unfinished": [], "before": {}, "after": {}}
+    record = {
+        "component": "gpu_firmware",
+        "action": "update",
+        "result": "ok",
+        "package_version": "HGX-24.04-2",
+        "package": "/p.fwpkg",
+        "checksum": "sha256:" + "a" * 64,
+        "finished": ["HGX_FW_BMC_0"],
+        "unfinished": [],
+        "before": {},
+        "after": {},
+    }
     result = run_module(nvfwupd.main, {"state": "record", "record": record, "state_file": str(path)})
     assert result["changed"] is True and commands.calls == []
     doc = load(str(path))
@@ -269,3 +313,8 @@ def test_record_writes_history_and_last_known_good(commands, run_module, tmp_pat
     assert doc["last_known_good"]["gpu_firmware"]["version"] == "HGX-24.04-2"  # a partial flash is no known good
     assert doc["history"][-1]["details"]["unfinished"] == ["HGX_FW_GPU_SXM_2"]
     assert run_module(nvfwupd.main, {"state": "record", "record": dict(record, action="none"), "state_file": str(path)})["changed"] is False
+    newer = dict(record, package_version="HGX-25.01-1", package="/n.fwpkg")
+    run_module(nvfwupd.main, {"state": "record", "record": newer, "state_file": str(path)})
+    known = load(str(path))["last_known_good"]["gpu_firmware"]
+    assert known["version"] == "HGX-25.01-1" and known["previous"] == {"version": "HGX-24.04-2", "package": "/p.fwpkg", "checksum": record["checksum"]}
+    assert load(str(path))["history"][-1]["before"] == "HGX-24.04-2"

@@ -57,3 +57,10 @@ def test_targets_limit_the_plan_and_unknown_ones_are_refused():
     assert [r["component"] for r in plan.plan(components, ["HGX_FW_GPU_SXM_2"])] == ["HGX_FW_GPU_SXM_2"]
     with pytest.raises(plan.PlanError, match="HGX_FW_CPLD_0 are not components"):
         plan.plan(components, ["HGX_FW_CPLD_0"])
+
+
+def test_another_version_staged_over_the_package_is_replaced():
+    """Installed at the package's version, an older one staged: the next reset would leave the package; flash it again."""
+    rows = plan.plan([row("HGX_FW_GPU_SXM_1", "96.00.AF.00.01", "96.00.AF.00.01", staged="96.00.99.00.01")])
+    assert [(r["action"], r["activation"]) for r in rows] == [("replace_staged", "none")]
+    assert plan.plan([row("HGX_FW_GPU_SXM_1", "96.00.AF.00.01", "96.00.AF.00.01", staged="96.00.AF.00.01")])[0]["action"] == "none"
