@@ -289,3 +289,68 @@ def test_no_plain_http_request_leaves_the_controller(fleet, packages):
     assert result["failed"] and "Error Code 1" in result["msg"], result
     assert received == []
 
+
+ROLE_PLAY = """
+- name: The gpu_firmware role
+  hosts: "{{ target }}"
+  gather_facts: false
+  tasks:
+    - name: Run the entry point
+      ansible.builtin.include_role:
+        name: gpufleet.lifecycle.gpu_firmware
+        tasks_from: "{{ entry | default('main') }}"
+    - name: Show the fact
+      ansible.builtin.debug:
+        var: gpu_firmware_activation_required
+"""
+
+
+def _role(fleet, target, package=None, entry="main", **extra):
+    playbook = fleet.playbook.parent / "role.yml"
+    playbook.write_text(ROLE_PLAY)
+    evars = {
+        "target": target,
+        "entry": entry,
+        "gpu_firmware_nvfwupd_path": str(opennvfwupd.SOURCE / "nvfwupd.py"),
+        "gpu_firmware_nvfwupd_interpreter": str(opennvfwupd.python()),
+        "gpu_firmware_poll_interval": 1,
+        "gpu_firmware_timeout": 120,
+        "gpu_firmware_bmc_reset_wait": 30,
+        **extra,
+    }
+    if package is not None:
+        evars.update(gpu_firmware_package=str(package), gpu_firmware_checksum="sha256:" + artifacts.sha256_file(package))
+    proc = fleet.ansible_playbook(playbook, "-e", json.dumps(evars), json_output=True, timeout=400)
+    doc = json_doc(proc)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert fleet.password not in proc.stdout + proc.stderr
+    return doc
+
+
+def _inventory(fleet, name):
+    doc = fleet.redfish(name, "GET", "/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_BMC_0")[1]
+    return doc["Version"]
+
+
+def test_role_main_flashes_activates_once_and_then_changes_nothing(fleet, packages):
+    new, _old = packages
+    first = _role(fleet, "fw-02", new)
+    assert first["stats"]["fw-02"]["changed"] > 0 and first["stats"]["fw-02"]["failures"] == 0
+    assert fleet.vbios("fw-02") == [NEW_VBIOS] * 8  # activated by the handler's GPU reset
+    assert _inventory(fleet, "fw-02") == "HGX-24.04-2"  # and the HMC's reset
+    assert fleet.state("fw-02")["history"][-1]["result"] == "ok"
+    second = _role(fleet, "fw-02", new)
+    assert second["stats"]["fw-02"]["changed"] == 0, second["stats"]
+    fact = next(t for t in second["plays"][0]["tasks"] if t["task"]["name"] == "Show the fact")["hosts"]["fw-02"]
+    assert fact["gpu_firmware_activation_required"] == []
+
+
+def test_role_rollback_flashes_the_previous_package(fleet, packages):
+    _new, old = packages
+    _role(fleet, "fw-02", old, gpu_firmware_allow_downgrade=True)  # fw-02 to the old package: the new one becomes previous
+    assert fleet.vbios("fw-02") == [OLDER_VBIOS] * 8
+    known = fleet.state("fw-02")["last_known_good"]["gpu_firmware"]
+    assert known["version"] == "HGX-22.09-1" and known["previous"]["version"] == "HGX-24.04-2"
+    _role(fleet, "fw-02", entry="rollback")
+    assert fleet.vbios("fw-02") == [NEW_VBIOS] * 8
+    assert fleet.state("fw-02")["last_known_good"]["gpu_firmware"]["version"] == "HGX-24.04-2"
