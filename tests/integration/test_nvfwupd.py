@@ -50,6 +50,7 @@ PLAY = """
             package: "{{ package }}"
             checksum: "{{ checksum }}"
             allow_downgrade: "{{ allow_downgrade | default(false) }}"
+            targets: "{{ fw_targets | default([]) }}"
             timeout: "{{ fw_timeout | default(120) }}"
             poll_interval: 1
             nvfwupd_path: "{{ nvfwupd_path }}"
@@ -196,6 +197,17 @@ def test_downgrade_refused_then_allowed_with_force_update_off_afterwards(fleet, 
     assert set(allowed["staged"].values()) == {OLDER_VBIOS}
     history = fleet.state("fw-01")["history"]
     assert [h["action"] for h in history if h["component"] == "gpu_firmware"][-1] == "downgrade"
+
+
+def test_targets_limit_the_update_to_those_components(fleet, packages):
+    new, _old = packages
+    result = fleet.flash("fw-02", new, fw_targets=["HGX_FW_GPU_SXM_1"])["Run nvfwupd"]
+    assert result["changed"] is True and [r["component"] for r in result["plan"]] == ["HGX_FW_GPU_SXM_1"], result
+    assert result["staged"] == {"HGX_FW_GPU_SXM_1": NEW_VBIOS}
+    plan = {r["component"]: r["action"] for r in fleet.flash("fw-02", new, check=True)["Run nvfwupd"]["plan"]}
+    assert plan["HGX_FW_GPU_SXM_1"] == "activate" and plan["HGX_FW_GPU_SXM_2"] == "update" and plan["HGX_FW_BMC_0"] == "update"
+    refused = fleet.flash("fw-02", new, fw_targets=["HGX_FW_CPLD_0"])["Run nvfwupd"]
+    assert refused["failed"] and "HGX_FW_CPLD_0 are not components that the package updates" in refused["msg"]
 
 
 def test_flash_failing_midway_names_the_components_and_leaves_force_update_off(fleet, packages):
