@@ -205,9 +205,10 @@ class FirmwareUpdater:
             self.sleep(self.params["poll_interval"])
 
     def _flash_with_force(self):
-        self._force_update("enable")
         self.force_update["enabled"] = True
         try:
+            # Inside the try: an enable that the tool reports as failed may still have reached the BMC.
+            self._force_update("enable")
             return self._flash()
         finally:
             # Every exit path: a BMC left with ForceUpdate on would let anyone's next update downgrade.

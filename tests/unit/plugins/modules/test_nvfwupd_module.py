@@ -318,3 +318,16 @@ def test_record_writes_history_and_last_known_good(commands, run_module, tmp_pat
     known = load(str(path))["last_known_good"]["gpu_firmware"]
     assert known["version"] == "HGX-25.01-1" and known["previous"] == {"version": "HGX-24.04-2", "package": "/p.fwpkg", "checksum": record["checksum"]}
     assert load(str(path))["history"][-1]["before"] == "HGX-24.04-2"
+
+
+def test_force_update_enable_failing_still_disables(commands, env, run_module):
+    """An enable that the tool reports as failed may still have reached the BMC: disable and check anyway."""
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    commands.on(cmd(env, "force_update", "enable", "-j"), stdout=CONNECT_FAILED)
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(False))
+    result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
+    argvs = [c["argv"][4:] for c in commands.calls]
+    assert ["force_update", "disable", "-j"] in argvs and ["force_update", "status", "-j"] in argvs
+    assert ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"] not in argvs
+    assert result["failed"] and "force_update enable failed" in result["msg"] and result["force_update"]["disabled_after"] is True
