@@ -305,8 +305,39 @@ class Sinfo(Tool):
 
 
 class Nvfwupd(Tool):
+    """NVIDIA's nvfwupd: an installed command, or ``nvfwupd.py`` run by the Python of its virtualenv.
+
+    It talks to a BMC over HTTPS, and when HTTPS fails it retries over plain ``http://`` with the same
+    Basic credentials (open-nvfwupd ``BMCLoginAccess.is_reachable``). Its requests honour the proxy
+    variables, so every call runs with ``http_proxy`` pointing at a host that cannot resolve (RFC 6761
+    ``.invalid``) and ``no_proxy`` cleared: a plain-HTTP request fails before a byte leaves the machine.
+    The HTTPS proxy variables are cleared too: the tool talks to the BMC directly.
+    """
+
     binary = "nvfwupd"
     label = "nvfwupd"
+    default_timeout = 300  # a FirmwareInventory walk of a large baseboard over a slow management network
+    PLAIN_HTTP_REFUSED = "http://plain-http-refused.invalid:9"
+    env = (
+        ("http_proxy", PLAIN_HTTP_REFUSED),
+        ("HTTP_PROXY", PLAIN_HTTP_REFUSED),
+        ("https_proxy", ""),
+        ("HTTPS_PROXY", ""),
+        ("all_proxy", ""),
+        ("ALL_PROXY", ""),
+        ("no_proxy", ""),
+        ("NO_PROXY", ""),
+        ("NO_COLOR", "1"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+    )
+
+    def __init__(self, module, path=None, interpreter=None, counter=None):
+        # With an interpreter, the command is ``interpreter nvfwupd.py ARGS``.
+        self.script = path if interpreter else None
+        super().__init__(module, path=interpreter or path, counter=counter)
+
+    def run(self, args, ok_rcs=(0,), timeout=None, data=None):
+        return super().run([*([self.script] if self.script else []), *list(args)], ok_rcs=ok_rcs, timeout=timeout, data=data)
 
 
 class Mlxfwreset(Tool):

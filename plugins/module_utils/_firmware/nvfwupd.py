@@ -1,0 +1,416 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""GPU / HGX baseboard firmware through NVIDIA's nvfwupd and the node's BMC (private: may change without notice).
+
+Read (``show_version -p PKG -s -j``), plan, act (``update_fw -b -j``, then ``show_update_progress -j``
+until the task ends), read again. The BMC's credentials reach nvfwupd only through a 0600 ``-c``
+config file in a private 0700 folder (also nvfwupd's working folder: its log lands there), removed on
+every exit path. A downgrade runs between ``force_update enable`` and ``force_update disable``; the
+disable runs on every exit path and is checked with ``force_update status``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact, _state
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd_plan
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvfwupd as parsers
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Nvfwupd, ToolError, check_timeout
+
+COMPONENT = "gpu_firmware"
+FLASH_ACTIONS = ("update", "downgrade", "replace_staged")
+SERVERTYPES = ("HGX", "DGX", "HGXB100", "GB200", "GB300", "MGX-NVL")
+FORCE_UPDATE_TIMEOUT = 120  # force_update disable runs after the update's deadline too
+_HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+_AP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+INVENTORY_URI = "/redfish/v1/UpdateService/FirmwareInventory/"
+
+
+class NvfwupdError(GpufleetError):
+    """nvfwupd refused, could not reach the BMC, or the update failed."""
+
+
+def _check_options(params):
+    """Every option, before the first command. Returns the BMC dict with defaults filled in."""
+    bmc = params.get("bmc") or {}
+    state = params["state"]
+    if state in ("present", "query"):
+        address = bmc.get("address") or ""
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            if not _HOSTNAME.fullmatch(address):
+                raise NvfwupdError(f"bmc.address {address!r} is not an IP address or a host name: give the BMC's management address") from None
+        for key in ("user", "password"):
+            value = bmc.get(key)
+            if not value or _CONTROL.search(value):
+                raise NvfwupdError(f"bmc.{key} must be a non-empty string without control characters (newlines, tabs): give the BMC account's {key}")
+        port = bmc.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise NvfwupdError(f"bmc.port must be a TCP port from 1 to 65535, got {port!r}")
+    if state == "present" and not params.get("package"):
+        raise NvfwupdError("package is required with state=present: give the path of the .fwpkg file")
+    package = params.get("package")
+    if package:
+        if not os.path.isabs(package):
+            raise NvfwupdError(f"package {package!r} must be an absolute path (on the host that runs nvfwupd)")
+        if not params.get("checksum"):
+            raise NvfwupdError("checksum is required with package: give sha256:<64 hex digits> of the .fwpkg (invariant: verified before use)")
+        _artifact.parse_checksum(params["checksum"], "checksum")
+    for target in params.get("targets") or []:
+        if not _AP_NAME.fullmatch(target):
+            raise NvfwupdError(f"targets entry {target!r} is not a firmware inventory name (for example HGX_FW_GPU_SXM_1)")
+    check_timeout(params["timeout"], "timeout")
+    interval = params["poll_interval"]
+    if not 1 <= interval <= 300:
+        raise NvfwupdError(f"poll_interval must be from 1 to 300 seconds, got {interval}")
+    path, interpreter = params.get("nvfwupd_path"), params.get("nvfwupd_interpreter")
+    if state in ("present", "query"):
+        if interpreter and not path:
+            raise NvfwupdError("nvfwupd_interpreter needs nvfwupd_path: the nvfwupd.py script that the interpreter runs")
+        if path and not os.path.isfile(path):
+            raise NvfwupdError(f"nvfwupd_path {path} is not a file on this host: install nvfwupd or correct the path")
+        if path and path.endswith(".py") and not interpreter:
+            raise NvfwupdError(f"nvfwupd_path {path} is a Python script: set nvfwupd_interpreter to the python of the virtualenv that holds its requirements")
+        if interpreter and not os.access(interpreter, os.X_OK):
+            raise NvfwupdError(f"nvfwupd_interpreter {interpreter} is not an executable file on this host")
+    return bmc
+
+
+def _config_document(bmc, targets):
+    doc = {
+        "TargetPlatform": bmc["servertype"],
+        "BMC_IP": bmc["address"],
+        "RF_USERNAME": bmc["user"],
+        "RF_PASSWORD": bmc["password"],
+        "SANITIZE_LOG": True,
+    }
+    if bmc["port"] != 443:
+        doc["TUNNEL_TCP_PORT"] = str(bmc["port"])
+    if targets:
+        # Multipart: the targets go with this one update (HttpPushUriTargets would stay on the BMC).
+        doc["FwUpdateMethod"] = "MultipartHttpPushUri"
+        doc["UpdateParametersTargets"] = [INVENTORY_URI + target for target in targets]
+    return doc
+
+
+@contextlib.contextmanager
+def private_config(bmc, targets):
+    """A 0700 folder holding the 0600 config file; yields ``(folder, config path)``; removed on every exit path."""
+    folder = tempfile.mkdtemp(prefix="gpufleet-nvfwupd-")
+    try:
+        path = os.path.join(folder, "target.yaml")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(_config_document(bmc, targets), handle, ensure_ascii=False)  # JSON is YAML: no quoting to get wrong
+        yield folder, path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _json_error(text, what, bmc):
+    """Raise when nvfwupd's -j document reports an error (it exits 0 even when it cannot connect)."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(document, dict) and document.get("Error Code") not in (None, 0):
+        errors = document.get("Error") or []
+        raise NvfwupdError(
+            f"nvfwupd {what} failed (Error Code {document.get('Error Code')}) against the BMC at {bmc['address']}:{bmc['port']}: "
+            f"{'; '.join(str(e) for e in errors)[:500] or 'no error text'}. Check that the BMC answers over HTTPS there and that "
+            "bmc.user and bmc.password are its account",
+            error_code=document.get("Error Code"),
+            errors=[str(e) for e in errors],
+        )
+    return document
+
+
+class FirmwareUpdater:
+    def __init__(self, module, sleep=time.sleep, clock=time.monotonic):
+        self.module = module
+        self.params = module.params
+        self.sleep = sleep
+        self.clock = clock
+        self.commands = 0
+        self.tool = None
+        self.config = None
+        self.force_update = {"enabled": False, "disabled_after": None}
+
+    # -- commands -------------------------------------------------------------------------------------
+
+    def _run(self, args, what, timeout=None):
+        limit = timeout or max(1, math.ceil(self.deadline - self.clock()))
+        self.commands += 1
+        try:
+            _rc, out, _err = self.tool.run(["-c", self.config, *args], timeout=limit)
+        except ToolError as exc:
+            if exc.rc in (124, 137):
+                exc.msg = (
+                    f"nvfwupd {what} did not finish within {limit} s: the BMC at {self.bmc['address']}:{self.bmc['port']} "
+                    "does not answer (check that it is up, or raise timeout)"
+                )
+            raise
+        _json_error(out, what, self.bmc)
+        return out
+
+    def _show_version(self):
+        args = ["show_version", "-s", "-j"]
+        if self.params.get("package"):
+            args[1:1] = ["-p", self.params["package"]]
+        return parsers.parse_show_version_full(self._run(args, "show_version"))
+
+    def _force_update(self, action):
+        return self._run(["force_update", action, "-j"], f"force_update {action}", timeout=FORCE_UPDATE_TIMEOUT)
+
+    def _force_update_state(self):
+        document = json.loads(self._force_update("status"))
+        values = [o.get("HttpPushUriOptions", {}).get("ForceUpdate") for o in document.get("Output") or [] if isinstance(o, dict)]
+        if len(values) != 1 or not isinstance(values[0], bool):
+            raise NvfwupdError("nvfwupd force_update status -j did not report HttpPushUriOptions.ForceUpdate as true or false", stdout=document)
+        return values[0]
+
+    # -- the update ----------------------------------------------------------------------------------
+
+    def _flash(self):
+        started = parsers.parse_update_fw(self._run(["update_fw", "-p", self.params["package"], "-y", "-b", "-j"], "update_fw"))
+        task_ids = [t["task_id"] for t in started["tasks"] if t["task_id"] is not None]
+        if started["status"] == "failed" or not task_ids:
+            raise NvfwupdError(f"nvfwupd update_fw started no update task: {'; '.join(started['errors']) or started['status']}", update=started)
+        self.task_ids = task_ids
+        while True:
+            progress = parsers.parse_update_progress(self._run(["show_update_progress", "-i", *task_ids, "-j"], "show_update_progress"))
+            if progress["status"] != "running":
+                return progress
+            if self.clock() + self.params["poll_interval"] >= self.deadline:
+                raise NvfwupdError(
+                    f"the firmware update (task {', '.join(task_ids)}) was still running after {self.params['timeout']} s: "
+                    "the BMC goes on flashing; follow it with nvfwupd show_update_progress and raise timeout",
+                    task_ids=task_ids,
+                    progress=progress,
+                )
+            self.sleep(self.params["poll_interval"])
+
+    def _flash_with_force(self):
+        self.force_update["enabled"] = True
+        try:
+            # Inside the try: an enable that the tool reports as failed may still have reached the BMC.
+            self._force_update("enable")
+            return self._flash()
+        finally:
+            # Every exit path: a BMC left with ForceUpdate on would let anyone's next update downgrade.
+            failure = None
+            try:
+                self._force_update("disable")
+                if self._force_update_state() is not False:
+                    failure = "force_update status still says true after force_update disable"
+            except (GpufleetError, ValueError) as exc:
+                failure = str(exc)
+            self.force_update["disabled_after"] = failure is None
+            if failure:
+                self.force_update_failure = (
+                    f"ForceUpdate could not be turned off again on the BMC at {self.bmc['address']}: {failure}. "
+                    "Run nvfwupd force_update disable against it before any other update"
+                )
+
+    def _outcome(self, rows, progress, after_rows):
+        after = {row["component"]: row for row in after_rows}
+        results = {r["target"]: r for r in (progress or {}).get("results", [])}
+        finished, unfinished = [], []
+        for row in rows:
+            if row["action"] not in FLASH_ACTIONS:
+                continue
+            now = after.get(row["component"], {})
+            result = results.get(row["component"], {})
+            if row["action"] == "replace_staged":
+                flashed = now.get("staged") in (None, row["package"]) and result.get("status") != "failed"
+            else:
+                flashed = row["package"] in (now.get("installed"), now.get("staged")) and result.get("status") != "failed"
+            (finished if flashed else unfinished).append(row["component"])
+        return finished, unfinished
+
+    def _record(self, action, result, before, after, finished, unfinished, package_version):
+        return {
+            "component": COMPONENT,
+            "action": action,
+            "result": result,
+            "before": before,
+            "after": after,
+            "package_version": package_version,
+            "package": self.params.get("package"),
+            "checksum": self.params.get("checksum"),
+            "finished": finished,
+            "unfinished": unfinished,
+            "rollout_id": self.params.get("rollout_id"),
+        }
+
+    def run(self):
+        if self.params["state"] == "record":
+            return record(self.params, self.module.check_mode)
+        self.bmc = _check_options(self.params)
+        if self.params.get("package"):
+            _artifact.verify(self.params["package"], self.params["checksum"])
+        self.deadline = self.clock() + self.params["timeout"]
+        self.tool = Nvfwupd(self.module, path=self.params.get("nvfwupd_path"), interpreter=self.params.get("nvfwupd_interpreter"))
+        if not self.tool.available:
+            raise NvfwupdError("nvfwupd was not found on this host: install it, or set nvfwupd_path (and nvfwupd_interpreter for nvfwupd.py)")
+        here = os.getcwd()
+        with private_config(self.bmc, self.params.get("targets")) as (folder, self.config):
+            os.chdir(folder)  # nvfwupd writes nvfwupd_log.txt into its working folder
+            try:
+                return self._run_with_config()
+            finally:
+                os.chdir(here)
+
+    def _run_with_config(self):
+        system = self._show_version()
+        result = {"changed": False, "commands_run": 0, "system": {k: v for k, v in system["system"].items() if k != "bmc_ip"}}
+        if self.params["state"] == "query":
+            rows = nvfwupd_plan.plan(system["components"], None) if self.params.get("package") else []
+            result.update(components=system["components"], plan=rows, activation_required=nvfwupd_plan.activations([r for r in rows if r["action"] != "none"]))
+            result["commands_run"] = self.commands
+            return result
+        rows = nvfwupd_plan.plan(system["components"], self.params.get("targets"))
+        packages = system["system"].get("packages") or []
+        package_version = packages[0] if len(packages) == 1 else None
+        to_flash = [r for r in rows if r["action"] in FLASH_ACTIONS]
+        downgrades = [r for r in to_flash if r["action"] == "downgrade"]
+        needs_force = downgrades or [r for r in to_flash if r["action"] == "replace_staged"]
+        before = nvfwupd_plan.versions(rows, "installed")
+        pending = [r for r in rows if r["action"] != "none"]
+        result.update(
+            plan=rows,
+            package_version=package_version,
+            before=before,
+            activation_required=nvfwupd_plan.activations(pending),
+            diff={"before": {"installed": before}, "after": {"installed": before, "staged": {r["component"]: r["package"] for r in to_flash}}},
+            changed=bool(to_flash),
+            task_ids=[],
+            force_update=self.force_update,
+        )
+        if downgrades and not self.params["allow_downgrade"]:
+            raise NvfwupdError(
+                "the package would downgrade "
+                + ", ".join(f"{r['component']} ({r['installed']} -> {r['package']})" for r in downgrades)
+                + ": nothing was flashed. Set allow_downgrade: true to downgrade (for a rollback), or give a newer package",
+                plan=rows,
+            )
+        if not to_flash or self.module.check_mode:
+            result["after"] = before
+            planned = "none" if not to_flash else ("downgrade" if downgrades else "update")
+            result["state_record"] = self._record(planned, "planned" if to_flash else "ok", before, before, [], [], package_version)
+            result["commands_run"] = self.commands
+            return result
+        action = "downgrade" if downgrades else "update"
+        self.task_ids, progress, failure, self.force_update_failure = [], None, None, None
+        try:
+            progress = self._flash_with_force() if needs_force else self._flash()
+        except (GpufleetError, ValueError) as exc:
+            failure = exc
+        after_system = None
+        try:
+            after_system = self._show_version()
+        except (GpufleetError, ValueError) as exc:
+            failure = failure or exc
+        after_rows = nvfwupd_plan.plan(after_system["components"], self.params.get("targets")) if after_system else []
+        after_view = {r["component"]: {"installed": r["installed"], "staged": r["staged"]} for r in after_rows}
+        finished, unfinished = self._outcome(rows, progress, [{"component": k, **v} for k, v in after_view.items()])
+        if progress is not None and progress["status"] == "failed" and not unfinished:
+            unfinished = [r["component"] for r in to_flash if r["component"] not in finished] or ["(the task failed)"]
+        after = {k: v["installed"] for k, v in after_view.items()} or None
+        outcome = "ok" if not (failure or unfinished or self.force_update_failure) else ("partial" if finished else "failed")
+        done_rows = [r for r in rows if r["component"] in finished]
+        result.update(
+            after=after,
+            staged={k: v["staged"] for k, v in after_view.items()},
+            task_ids=self.task_ids,
+            finished=finished,
+            unfinished=unfinished,
+            progress=progress,
+            activation_required=nvfwupd_plan.activations(done_rows + [r for r in rows if r["action"] == "activate"]),
+            state_record=self._record(action, outcome, before, after, finished, unfinished, package_version),
+        )
+        result["diff"]["after"] = {"installed": after, "staged": result["staged"]}
+        result["commands_run"] = self.commands
+        if outcome != "ok":
+            reasons = []
+            if failure:
+                reasons.append(str(failure))
+            if progress is not None and progress["status"] == "failed":
+                failed = [r["target"] for r in progress["results"] if r["status"] == "failed"]
+                reasons.append(f"the BMC's update task ended failed{' at ' + ', '.join(failed) if failed else ''}")
+            if self.force_update_failure:
+                reasons.append(self.force_update_failure)
+            msg = (
+                f"the firmware update {'partly ' if finished else ''}failed: finished {', '.join(finished) or 'none'}; "
+                f"not finished {', '.join(unfinished) or 'none'}. " + " ".join(reasons)
+            )
+            raise NvfwupdError(msg, **{k: v for k, v in result.items() if k != "diff"})
+        return result
+
+
+# -- state: record (on the node) ----------------------------------------------------------------------
+
+RECORD_RESULTS = ("ok", "partial", "failed", "planned")
+RECORD_ACTIONS = ("none", "update", "downgrade")
+
+
+def record(params, check_mode=False):
+    """Write a ``state_record`` of an earlier call into the node state file (locked).
+
+    A history entry for every update or downgrade; the package becomes the last known good
+    ``gpu_firmware`` when every component finished, keeping the one before as ``previous`` (what a
+    rollback of this flash goes back to). An ``action: none`` record changes nothing.
+    """
+    entry = params.get("record")
+    if not isinstance(entry, dict) or entry.get("component") != COMPONENT:
+        raise NvfwupdError("record must be the state_record that an earlier nvfwupd call returned (component gpu_firmware)")
+    if entry.get("action") not in RECORD_ACTIONS or entry.get("result") not in RECORD_RESULTS:
+        raise NvfwupdError(f"record.action must be one of {', '.join(RECORD_ACTIONS)} and record.result one of {', '.join(RECORD_RESULTS)}")
+    if entry["action"] == "none" or entry["result"] == "planned":
+        return {"changed": False, "state_file": params["state_file"]}
+    if check_mode:
+        return {"changed": True, "state_file": params["state_file"]}
+
+    def change(doc):
+        known = _state.last_known_good(doc, COMPONENT) or {}
+        _state.append_history(
+            doc,
+            COMPONENT,
+            entry["action"],
+            before=known.get("version"),
+            after=entry.get("package_version") if entry["result"] == "ok" else None,
+            result=entry["result"],
+            rollout_id=entry.get("rollout_id"),
+            details={
+                "finished": entry.get("finished") or [],
+                "unfinished": entry.get("unfinished") or [],
+                "before": entry.get("before"),
+                "after": entry.get("after"),
+            },
+        )
+        if entry["result"] == "ok" and entry.get("package_version"):
+            details = {"package": entry.get("package"), "checksum": entry.get("checksum")}
+            if known and known.get("version") != entry["package_version"]:
+                # the package that worked before: what a rollback of this flash goes back to
+                details["previous"] = {k: known.get(k) for k in ("version", "package", "checksum")}
+            elif known.get("previous"):
+                details["previous"] = known["previous"]
+            _state.record_last_known_good(doc, COMPONENT, entry["package_version"], details)
+        return True
+
+    _changed, _doc = _state.update(params["state_file"], change, purpose="nvfwupd: recording a firmware update")
+    return {"changed": True, "state_file": params["state_file"]}

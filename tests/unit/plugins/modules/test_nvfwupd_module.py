@@ -1,0 +1,333 @@
+"""gpufleet.lifecycle.nvfwupd with recorded commands: exact argument lists, the secret never in one,
+the 0600 config file removed on every exit path, sha256 before anything, downgrades, force_update
+disabled again on every exit path, the -j Error Code judged (nvfwupd exits 0 when it cannot connect)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd as manager
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import load
+from ansible_collections.gpufleet.lifecycle.plugins.modules import nvfwupd
+
+PASSWORD = "S3cret-BMC-pw"  # noqa: S105 - a test secret, that must appear nowhere
+SCRIPT = "/opt/nvfwupd/nvfwupd.py"
+PYTHON = "/opt/nvfwupd/venv/bin/python"
+OLD_GPU, NEW_GPU, OLDER_GPU = "96.00.A5.00.01", "96.00.AF.00.01", "96.00.99.00.01"
+
+
+def show_version(gpu_sys, gpu_pkg, hmc=("HGX-22.10-1", "HGX-24.04-2"), staged=None, package="HGX-24.04-2"):
+    rows = [
+        {"AP Name": "HGX_FW_BMC_0", "Sys Version": hmc[0], "Staged Version": "N/A", "Pkg Version": hmc[1], "Up-To-Date": "No"},
+        {"AP Name": "HGX_FW_CPLD_0", "Sys Version": "0.1C", "Staged Version": "N/A", "Pkg Version": "N/A", "Up-To-Date": "No"},
+    ]
+    for i in range(2):
+        rows.append(
+            {"AP Name": f"HGX_FW_GPU_SXM_{i + 1}", "Sys Version": gpu_sys, "Staged Version": staged or "N/A", "Pkg Version": gpu_pkg, "Up-To-Date": "No"}
+        )
+    return json.dumps(
+        {"Error Code": 0, "System Model": "NVIDIA HGX H100 80GB HBM3 8-GPU", "Packages": [package], "System IP": "10.0.0.1", "Firmware Devices": rows}
+    )
+
+
+def task(task_id, state, messages=()):
+    return json.dumps(
+        {
+            "Error": [],
+            "Error Code": 0,
+            "Output": [
+                {
+                    "Id": task_id,
+                    "TaskState": state,
+                    "TaskStatus": "OK" if state != "Exception" else "Critical",
+                    "PercentComplete": 100 if state == "Completed" else 40,
+                    "Messages": list(messages),
+                }
+            ],
+        }
+    )
+
+
+def msg(message_id, *args):
+    return {"MessageId": message_id, "MessageArgs": list(args), "Message": f"{message_id} {' '.join(args)}"}
+
+
+STARTED = json.dumps({"Error": [], "Error Code": 0, "Output": [{"Messages": [msg("Task.1.0.New", "/redfish/v1/TaskService/Tasks/0")]}]})
+CONNECT_FAILED = json.dumps(
+    {"Error": ["Error: Failed to connect to target: ip=XXXX user=XXXX password=XXXX", "Error : Unable to access DUT ip=XXXX"], "Error Code": 1, "Output": []}
+)
+
+
+def force_status(value):
+    return json.dumps({"Error": [], "Error Code": 0, "Output": [{"Id": "UpdateService", "HttpPushUriOptions": {"ForceUpdate": value}}]})
+
+
+@pytest.fixture
+def env(tmp_path, commands, monkeypatch):
+    """The package, the fake nvfwupd.py, a fixed private folder, and a check of the config file at each call."""
+    pkg = tmp_path / "hgx.fwpkg"
+    pkg.write_bytes(b"PLDM package bytes")
+    folder = tmp_path / "private"
+    monkeypatch.setattr(manager.tempfile, "mkdtemp", lambda prefix: (folder.mkdir(mode=0o700), str(folder))[1])
+    monkeypatch.setattr(manager.time, "sleep", lambda s: None)
+    seen = []
+    inner = basic.AnsibleModule.run_command
+
+    def run_command(module, args, **kwargs):
+        config = folder / "target.yaml"
+        seen.append({"mode": stat.S_IMODE(config.stat().st_mode), "doc": json.loads(config.read_text()), "cwd": os.getcwd()})
+        return inner(module, args, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    real_isfile, real_access = os.path.isfile, os.access
+    monkeypatch.setattr(manager.os.path, "isfile", lambda p: p == SCRIPT or real_isfile(p))
+    monkeypatch.setattr(manager.os, "access", lambda p, m: p == PYTHON or real_access(p, m))
+    commands.tool("python", PYTHON)
+    import hashlib
+
+    return {
+        "pkg": str(pkg),
+        "sha": "sha256:" + hashlib.sha256(pkg.read_bytes()).hexdigest(),
+        "folder": folder,
+        "config": str(folder / "target.yaml"),
+        "seen": seen,
+    }
+
+
+def args(env, **extra):
+    base = {
+        "bmc": {"address": "10.0.0.1", "user": "admin", "password": PASSWORD},
+        "package": env["pkg"],
+        "checksum": env["sha"],
+        "nvfwupd_path": SCRIPT,
+        "nvfwupd_interpreter": PYTHON,
+        "poll_interval": 1,
+    }
+    base.update(extra)
+    return base
+
+
+def cmd(env, *tool_args):
+    return [PYTHON, SCRIPT, "-c", env["config"], *tool_args]
+
+
+def on_show(commands, env, text):
+    commands.on(cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"), stdout=text)
+
+
+def assert_no_secret(commands, result):
+    for call in commands.calls:
+        assert not any(PASSWORD in part for part in call["cmd"]), call["cmd"]
+        assert PASSWORD not in json.dumps(call["environ_update"])
+    assert PASSWORD not in json.dumps(result, default=str)
+
+
+def test_check_mode_is_the_plan_and_runs_show_version_only(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    result = run_module(nvfwupd.main, args(env), check_mode=True)
+    assert [c["argv"] for c in commands.calls] == [cmd(env, "show_version", "-p", env["pkg"], "-s", "-j")]
+    assert result["changed"] is True
+    assert [(r["component"], r["installed"], r["package"], r["action"], r["activation"]) for r in result["plan"]] == [
+        ("HGX_FW_BMC_0", "HGX-22.10-1", "HGX-24.04-2", "update", "bmc_reset"),
+        ("HGX_FW_GPU_SXM_1", OLD_GPU, NEW_GPU, "update", "gpu_reset"),
+        ("HGX_FW_GPU_SXM_2", OLD_GPU, NEW_GPU, "update", "gpu_reset"),
+    ]
+    assert result["activation_required"] == ["gpu_reset", "bmc_reset"]
+    assert result["state_record"]["result"] == "planned"
+    assert_no_secret(commands, result)
+
+
+def test_update_exact_commands_config_file_and_environment(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=STARTED)
+    done = [msg("Update.1.0.UpdateSuccessful", n, "image.fwpkg") for n in ("HGX_FW_BMC_0", "HGX_FW_GPU_SXM_1", "HGX_FW_GPU_SXM_2")]
+    commands.on(cmd(env, "show_update_progress", "-i", "0", "-j"), stdout=task("0", "Completed", done))
+    # The second show_version (after the task) sees the staged versions.
+    responses = iter([show_version(OLD_GPU, NEW_GPU), show_version(OLD_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2"), staged=NEW_GPU)])
+    key = tuple(cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"))
+    original = commands.run_command
+
+    def run_command(module, argv, **kwargs):
+        if tuple(argv[3:]) == key:
+            commands.responses[key] = (0, next(responses), "")
+        return original(module, argv, **kwargs)
+
+    commands.run_command = run_command
+    result = run_module(nvfwupd.main, args(env))
+    assert [c["argv"] for c in commands.calls] == [
+        cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"),
+        cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"),
+        cmd(env, "show_update_progress", "-i", "0", "-j"),
+        cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"),
+    ]
+    assert result["changed"] is True and result["task_ids"] == ["0"]
+    assert result["staged"]["HGX_FW_GPU_SXM_1"] == NEW_GPU and "HGX_FW_GPU_SXM_1" in result["finished"]
+    assert result["state_record"]["result"] == "ok" and result["state_record"]["package_version"] == "HGX-24.04-2"
+    # The secret only ever in the 0600 config file, in the private folder nvfwupd runs in; both gone afterwards.
+    assert {s["mode"] for s in env["seen"]} == {0o600}
+    assert env["seen"][0]["doc"] == {"TargetPlatform": "HGX", "BMC_IP": "10.0.0.1", "RF_USERNAME": "admin", "RF_PASSWORD": PASSWORD, "SANITIZE_LOG": True}
+    assert {s["cwd"] for s in env["seen"]} == {str(env["folder"])}
+    assert not env["folder"].exists()
+    environ = commands.calls[0]["environ_update"]
+    assert environ["http_proxy"] == environ["HTTP_PROXY"] == "http://plain-http-refused.invalid:9"
+    assert environ["no_proxy"] == environ["NO_PROXY"] == "" and environ["LC_ALL"] == "C"
+    assert_no_secret(commands, result)
+
+
+def test_idempotent_when_installed_or_staged(commands, env, run_module):
+    on_show(commands, env, show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["changed"] is False and len(commands.calls) == 1
+    commands.calls.clear()
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2"), staged=NEW_GPU))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["changed"] is False and len(commands.calls) == 1
+    assert {r["action"] for r in result["plan"]} == {"none", "activate"} and result["activation_required"] == ["gpu_reset"]
+
+
+def test_checksum_mismatch_runs_nothing(commands, env, run_module):
+    result = run_module(nvfwupd.main, args(env, checksum="sha256:" + "0" * 64))
+    assert result["failed"] and "checksum mismatch" in result["msg"] and "Nothing was changed" in result["msg"]
+    assert commands.calls == [] and not env["folder"].exists()
+
+
+def test_downgrade_refused_without_allow_downgrade(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "would downgrade HGX_FW_GPU_SXM_1 (96.00.A5.00.01 -> 96.00.99.00.01)" in result["msg"]
+    assert "allow_downgrade" in result["msg"] and len(commands.calls) == 1 and not env["folder"].exists()
+
+
+def test_downgrade_failing_midway_disables_force_update_and_names_the_components(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    commands.on(cmd(env, "force_update", "enable", "-j"), stdout=force_status(True))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=STARTED)
+    failed = [msg("Update.1.0.UpdateSuccessful", "HGX_FW_GPU_SXM_1", "image.fwpkg"), msg("Update.1.0.ApplyFailed", "HGX_FW_GPU_SXM_2")]
+    commands.on(cmd(env, "show_update_progress", "-i", "0", "-j"), stdout=task("0", "Exception", failed))
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(False))
+    result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
+    argvs = [c["argv"][4:] for c in commands.calls]
+    assert argvs[:5] == [
+        ["show_version", "-p", env["pkg"], "-s", "-j"],
+        ["force_update", "enable", "-j"],
+        ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"],
+        ["show_update_progress", "-i", "0", "-j"],
+        ["force_update", "disable", "-j"],
+    ]
+    assert argvs[5] == ["force_update", "status", "-j"]
+    assert result["failed"] and result["force_update"] == {"enabled": True, "disabled_after": True}
+    assert "not finished HGX_FW_GPU_SXM_1, HGX_FW_GPU_SXM_2" in result["msg"] or "HGX_FW_GPU_SXM_2" in result["unfinished"]
+    assert result["state_record"]["result"] in ("failed", "partial") and "HGX_FW_GPU_SXM_2" in result["state_record"]["unfinished"]
+    assert not env["folder"].exists()
+    assert_no_secret(commands, result)
+
+
+def test_force_update_left_on_is_a_failure(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    commands.on(cmd(env, "force_update", "enable", "-j"), stdout=force_status(True))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=CONNECT_FAILED)
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(True))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(True))
+    result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
+    assert result["failed"] and "ForceUpdate could not be turned off again" in result["msg"]
+    assert result["force_update"]["disabled_after"] is False
+
+
+def test_wrong_password_is_judged_from_the_json_not_the_exit_status(commands, env, run_module):
+    on_show(commands, env, CONNECT_FAILED)  # rc 0, as the real tool with -j
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "Error Code 1" in result["msg"] and "bmc.password" in result["msg"]
+    assert not env["folder"].exists()
+    assert_no_secret(commands, result)
+
+
+def test_bmc_not_answering_is_a_timeout(commands, env, run_module):
+    commands.on(cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"), rc=124)
+    result = run_module(nvfwupd.main, args(env, timeout=20))
+    assert result["failed"] and "did not finish within 20 s" in result["msg"] and "does not answer" in result["msg"]
+    assert commands.calls[0]["timeout"] == 20 and not env["folder"].exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"bmc": {"address": "10.0.0.1\n", "user": "admin", "password": PASSWORD}}, "bmc.address"),
+        ({"bmc": {"address": "10.0.0.1", "user": "admin", "password": "pw\nmore"}}, "bmc.password"),
+        ({"bmc": {"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "port": 0}}, "bmc.port"),
+        ({"package": "relative.fwpkg"}, "absolute path"),
+        ({"checksum": None}, "checksum is required"),
+        ({"checksum": "md5:abc"}, "is not a sha256"),
+        ({"targets": ["../x"]}, "targets entry"),
+        ({"timeout": 0}, "timeout must be"),
+        ({"nvfwupd_interpreter": None}, "nvfwupd_interpreter"),
+    ],
+)
+def test_bad_options_fail_before_any_command(commands, env, run_module, change, message):
+    result = run_module(nvfwupd.main, args(env, **change))
+    assert result["failed"] and message in result["msg"], result["msg"]
+    assert commands.calls == []
+    assert PASSWORD not in json.dumps(result)
+
+
+def test_target_not_in_the_package_fails_before_flashing(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    result = run_module(nvfwupd.main, args(env, targets=["HGX_FW_CPLD_0"]))
+    assert result["failed"] and "HGX_FW_CPLD_0" in result["msg"] and len(commands.calls) == 1
+
+
+def test_targets_go_into_the_config_file_for_this_update_only(commands, env, run_module):
+    on_show(commands, env, show_version(NEW_GPU, NEW_GPU))
+    run_module(nvfwupd.main, args(env, targets=["HGX_FW_GPU_SXM_1"], bmc={"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "port": 8443}))
+    doc = env["seen"][0]["doc"]
+    assert doc["FwUpdateMethod"] == "MultipartHttpPushUri" and doc["TUNNEL_TCP_PORT"] == "8443"
+    assert doc["UpdateParametersTargets"] == ["/redfish/v1/UpdateService/FirmwareInventory/HGX_FW_GPU_SXM_1"]
+
+
+def test_record_writes_history_and_last_known_good(commands, run_module, tmp_path):
+    path = tmp_path / "gpufleet.fact"
+    record = {
+        "component": "gpu_firmware",
+        "action": "update",
+        "result": "ok",
+        "package_version": "HGX-24.04-2",
+        "package": "/p.fwpkg",
+        "checksum": "sha256:" + "a" * 64,
+        "finished": ["HGX_FW_BMC_0"],
+        "unfinished": [],
+        "before": {},
+        "after": {},
+    }
+    result = run_module(nvfwupd.main, {"state": "record", "record": record, "state_file": str(path)})
+    assert result["changed"] is True and commands.calls == []
+    doc = load(str(path))
+    assert doc["last_known_good"]["gpu_firmware"]["version"] == "HGX-24.04-2"
+    assert doc["history"][-1]["result"] == "ok" and doc["history"][-1]["component"] == "gpu_firmware"
+    failed = dict(record, result="partial", unfinished=["HGX_FW_GPU_SXM_2"], package_version="HGX-25.01-1")
+    run_module(nvfwupd.main, {"state": "record", "record": failed, "state_file": str(path)})
+    doc = load(str(path))
+    assert doc["last_known_good"]["gpu_firmware"]["version"] == "HGX-24.04-2"  # a partial flash is no known good
+    assert doc["history"][-1]["details"]["unfinished"] == ["HGX_FW_GPU_SXM_2"]
+    assert run_module(nvfwupd.main, {"state": "record", "record": dict(record, action="none"), "state_file": str(path)})["changed"] is False
+    newer = dict(record, package_version="HGX-25.01-1", package="/n.fwpkg")
+    run_module(nvfwupd.main, {"state": "record", "record": newer, "state_file": str(path)})
+    known = load(str(path))["last_known_good"]["gpu_firmware"]
+    assert known["version"] == "HGX-25.01-1" and known["previous"] == {"version": "HGX-24.04-2", "package": "/p.fwpkg", "checksum": record["checksum"]}
+    assert load(str(path))["history"][-1]["before"] == "HGX-24.04-2"
+
+
+def test_force_update_enable_failing_still_disables(commands, env, run_module):
+    """An enable that the tool reports as failed may still have reached the BMC: disable and check anyway."""
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    commands.on(cmd(env, "force_update", "enable", "-j"), stdout=CONNECT_FAILED)
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(False))
+    result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
+    argvs = [c["argv"][4:] for c in commands.calls]
+    assert ["force_update", "disable", "-j"] in argvs and ["force_update", "status", "-j"] in argvs
+    assert ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"] not in argvs
+    assert result["failed"] and "force_update enable failed" in result["msg"] and result["force_update"]["disabled_after"] is True
