@@ -83,7 +83,8 @@ def write_fwpkg(dir: Path | str, version: str, *, components: dict[str, str] | N
         if record == firmware.GPU_RECORD:
             reset, skus = firmware.GPU_RESET, [firmware.gpu_sku(m) for m in gpu_models]
         else:
-            reset = next((r for rec, r, _v in firmware.HGX_COMPONENTS.values() if rec == record), firmware.NVSWITCH[1])
+            known = list(firmware.HGX_COMPONENTS.values()) + list(firmware.HOST_COMPONENTS.values())
+            reset = next((r for rec, r, _v in known if rec == record), firmware.NVSWITCH[1])
             skus = [None]
         for n, sku in enumerate(skus):
             comps.append(pldm.Component(name=record, version=comp_version, identifier=firmware.COMPONENT_IDS[record] + n,
@@ -91,6 +92,17 @@ def write_fwpkg(dir: Path | str, version: str, *, components: dict[str, str] | N
     path = d / f"nvfw_{package or version + '_prod'}-signed.fwpkg"
     path.write_bytes(pldm.build(pldm.Package(version=version, components=comps)))
     return path
+
+
+def write_host_image(dir: Path | str, component: str, version: str) -> Path:
+    """The host BMC's or BIOS's firmware image: a PLDM package (as write_fwpkg) holding one component,
+    HostBMC or HostBIOS, at `version`, which the simulated BMC reads from the package. component:
+    "bmc" or "bios". The file: host-<component>-<version>.fwpkg; its sha256: sha256_file(path)."""
+    records = {"bmc": "HostBMC", "bios": "HostBIOS"}
+    if component not in records:
+        raise ValueError(f"gpusim: a host image is for 'bmc' or 'bios', not {component!r}")
+    built = write_fwpkg(dir, version, components={records[component]: version}, package=f"host-{component}-{version}")
+    return built.rename(built.with_name(f"host-{component}-{version}.fwpkg"))
 
 
 def write_mlx_image(dir: Path | str, psid: str, fw: str, *, part_number: str = "MCX755106AS-HEA_Ax",

@@ -7,12 +7,16 @@ gpus[i]["staged_vbios"]; every other component lives in state["gpu_firmware"]["c
 HGX nodes (an NVSwitch baseboard) have the HGX components NVIDIA's HMC lists (HGX_FW_BMC_0 is the
 HMC itself; its version is the HGX bundle name, state["gpu_firmware"]["version"]); other nodes list
 their GPUs only, not updatable through the BMC.
+Every node also has the host's own BMC (HostBMC_0, what Managers/BMC_0 reports as FirmwareVersion) and
+BIOS (HostBIOS_0, what Systems/System_0 reports as BiosVersion), both updatable through the BMC; their
+images are PLDM packages with a HostBMC or HostBIOS component (gpusim.artifacts.write_host_image).
 
 Resets (what activates what):
   gpu_reset       a GPU reset (nvidia-smi -r) activates that GPU's staged VBIOS
   host_reboot     a host reboot (ComputerSystem.Reset, shutdown -r) activates GPUs and the PCIe switch
   ac_power_cycle  Chassis.Reset PowerCycle on HGX_Chassis_0 activates everything
   bmc_reset       Manager.Reset on HGX_BMC_0 activates the HMC firmware
+  host_bmc_reset  Manager.Reset on BMC_0 activates the host BMC firmware (the BIOS waits for a host reboot)
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from typing import Any
 
 from . import catalog
 
-RESETS = ("gpu_reset", "host_reboot", "ac_power_cycle", "bmc_reset")
+RESETS = ("gpu_reset", "host_reboot", "ac_power_cycle", "bmc_reset", "host_bmc_reset")
 # Which staged components a reset activates.
 ACTIVATES = {
     "gpu_reset": {"gpu_reset"},
     "host_reboot": {"gpu_reset", "host_reboot"},
-    "ac_power_cycle": {"gpu_reset", "host_reboot", "ac_power_cycle", "bmc_reset"},
+    "ac_power_cycle": {"gpu_reset", "host_reboot", "ac_power_cycle", "bmc_reset", "host_bmc_reset"},
     "bmc_reset": {"bmc_reset"},
+    "host_bmc_reset": {"host_bmc_reset"},
 }
 # PLDM RequestedComponentActivationMethod written for each (see pldm.ACTIVATION_BITS).
 PLDM_ACTIVATION = {
@@ -35,6 +40,7 @@ PLDM_ACTIVATION = {
     "host_reboot": ("system_reboot",),
     "ac_power_cycle": ("ac_power_cycle",),
     "bmc_reset": ("medium_specific_reset",),
+    "host_bmc_reset": ("medium_specific_reset",),
 }
 # HGX baseboard components other than the GPUs: inventory id -> (PLDM record name, reset, default version).
 HGX_COMPONENTS = {
@@ -44,13 +50,20 @@ HGX_COMPONENTS = {
     "HGX_FW_CPLD_0": ("CPLD", "ac_power_cycle", "0.1C"),
     "HGX_FW_PCIeSwitch_0": ("PCIeSwitch", "host_reboot", "1.7.5F"),
 }
+# The host's own BMC and BIOS (every node): inventory id -> (PLDM record name, reset, default version).
+HOST_BMC_ID, HOST_BIOS_ID = "HostBMC_0", "HostBIOS_0"
+DEFAULT_HOST_BMC, DEFAULT_BIOS = "24.01.1", "2.1.0"
+HOST_COMPONENTS = {
+    HOST_BMC_ID: ("HostBMC", "host_bmc_reset", DEFAULT_HOST_BMC),
+    HOST_BIOS_ID: ("HostBIOS", "host_reboot", DEFAULT_BIOS),
+}
 NVSWITCH = ("NVSwitch", "ac_power_cycle", "96.10.6D.00.01")
 NVSWITCH_COUNT = 4
 GPU_RECORD = "GPU_SXM"
 GPU_RESET = "gpu_reset"
 # PLDM component identifiers NVIDIA-style packages use per record (any unique 16-bit value works).
 COMPONENT_IDS = {"HMC": 0x0010, "ERoT": 0xFF00, "FPGA": 0x0020, "CPLD": 0x0030, "PCIeSwitch": 0x0040,
-                 "NVSwitch": 0x0050, GPU_RECORD: 0x0060}
+                 "NVSwitch": 0x0050, GPU_RECORD: 0x0060, "HostBMC": 0x0070, "HostBIOS": 0x0080}
 RECORDS = tuple(COMPONENT_IDS)
 
 
@@ -72,9 +85,13 @@ def is_hgx(state: dict[str, Any]) -> bool:
     return bool(state["gpu_firmware"].get("hgx"))
 
 
-def init(state: dict[str, Any], bundle: str, hgx: bool) -> dict[str, Any]:
-    """The gpu_firmware section of a new node state."""
+def init(state: dict[str, Any], bundle: str, hgx: bool, host_bmc: str | None = None,
+         bios: str | None = None) -> dict[str, Any]:
+    """The gpu_firmware section of a new node state (host_bmc, bios: the host BMC's and BIOS's versions)."""
     comps: dict[str, Any] = {}
+    for cid, (record, reset, default) in HOST_COMPONENTS.items():
+        version = (host_bmc if cid == HOST_BMC_ID else bios) or default
+        comps[cid] = {"record": record, "reset": reset, "version": version, "staged": None}
     if hgx:
         for cid, (record, reset, default) in HGX_COMPONENTS.items():
             comps[cid] = {"record": record, "reset": reset, "version": default or bundle, "staged": None}

@@ -32,7 +32,7 @@ _SKU_KEYS = {"gpu_model", "gpu_count", "nvswitch", "nics", "bom", "cpus", "memor
 _NIC_KEYS = {"type", "psid", "part_number", "fw", "count"}
 _GROUP_KEYS = {
     "count", "prefix", "start", "width", "names", "sku", "driver", "kernel_module", "fabricmanager", "vbios", "gpu_firmware",
-    "nics", "nic_fw", "kernel", "faults", "timing", "perf", "jobs",
+    "nics", "nic_fw", "kernel", "faults", "timing", "perf", "jobs", "bmc_firmware", "bios",
 }
 _TOP_KEYS = {"fleet", "timing", "skus", "nodes", "defaults"}
 _DEFAULTS_KEYS = {"kernel", "kernel_module", "driver"}
@@ -214,6 +214,15 @@ def _gpu_firmware(value: Any, where: str) -> str | None:
     return value
 
 
+def _host_firmware(value: Any, where: str) -> str | None:
+    """The host BMC's or BIOS's firmware version (None: gpusim's default)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _FW_BUNDLE.fullmatch(value):
+        raise _fail(where, f"must be a firmware version like 24.01.1 (letters, digits, . _ -), got {value!r}")
+    return value
+
+
 def _sku(name: Any, value: Any, models: set[str] | None) -> dict[str, Any]:
     where = f"skus.{name}"
     if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
@@ -361,6 +370,9 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
                 "perf": dict(perf),
                 "jobs": jobs,
             }
+            for key in ("bmc_firmware", "bios"):  # the host BMC's and BIOS's versions, only where a group sets them
+                if key in group:
+                    spec[key] = _host_firmware(group[key], f"{where}.{key}")
             bmc_octet = bmc_loopback + index // MAX_NODES_PER_OCTET
             if bmc_octet > 254 or loopback <= bmc_octet <= octet or bmc_loopback <= octet <= bmc_octet:
                 raise _fail("fleet.bmc_loopback", f"{bmc_loopback}: with {index + 1} nodes the BMC addresses overlap the "

@@ -135,7 +135,8 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
         "down": False,
         "installer_log": None,
     }
-    state["gpu_firmware"] = firmware.init(state, node_spec.get("gpu_firmware") or "HGX-22.10-1", nvswitch)
+    state["gpu_firmware"] = firmware.init(state, node_spec.get("gpu_firmware") or "HGX-22.10-1", nvswitch,
+                                          node_spec.get("bmc_firmware"), node_spec.get("bios"))
     if driver:
         _log_driver_load(state)
     if fm:

@@ -319,7 +319,7 @@ class BmcService:
             "@odata.id": uri, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Id": "System_0",
             "Name": s["name"], "HostName": s["name"], "SystemType": "Physical", "Manufacturer": "NVIDIA",
             "Model": self._model(s), "SerialNumber": _serial(f"{self.name}/system"), "UUID": self._uuid("system"),
-            "PowerState": power,
+            "PowerState": power, "BiosVersion": s["gpu_firmware"]["components"][firmware.HOST_BIOS_ID]["version"],
             "Status": {"State": "Enabled" if power == "On" else "StandbyOffline", "Health": "OK"},
             "Actions": {"#ComputerSystem.Reset": {
                 "target": f"{uri}/Actions/ComputerSystem.Reset",
@@ -366,7 +366,7 @@ class BmcService:
         if mid not in self.manager_ids():
             return error(404, "Base.1.16.0.ResourceNotFound", f"The manager {mid} was not found.")
         uri = f"{SERVICE_ROOT}/Managers/{mid}"
-        version = s["gpu_firmware"]["components"]["HGX_FW_BMC_0"]["version"] if mid == "HGX_BMC_0" else "gpusim-1.0"
+        version = s["gpu_firmware"]["components"]["HGX_FW_BMC_0" if mid == "HGX_BMC_0" else firmware.HOST_BMC_ID]["version"]
         return Response(200, {
             "@odata.id": uri, "@odata.type": "#Manager.v1_19_0.Manager", "Id": mid, "Name": mid,
             "ManagerType": "BMC", "FirmwareVersion": version, "UUID": self._uuid(mid), "PowerState": "On",
@@ -389,7 +389,11 @@ class BmcService:
                                "InactiveFirmwareSlot": {"Version": row["staged"] or row["version"],
                                                         "FirmwareState": "Staged" if row["staged"] else "Active"}}},
         }
-        if row["gpu"] is not None:
+        if cid == firmware.HOST_BMC_ID:
+            doc.update(Name="Host BMC firmware", RelatedItem=[_link(f"{SERVICE_ROOT}/Managers/BMC_0")])
+        elif cid == firmware.HOST_BIOS_ID:
+            doc.update(Name="Host BIOS", RelatedItem=[_link(f"{SERVICE_ROOT}/Systems/System_0")])
+        elif row["gpu"] is not None:
             doc["RelatedItem"] = [_link(f"{SERVICE_ROOT}/Chassis/{firmware.gpu_chassis_id(s, row['gpu'])}")]
         elif firmware.is_hgx(s):
             doc["RelatedItem"] = [_link(f"{SERVICE_ROOT}/Chassis/HGX_Chassis_0")]
@@ -495,7 +499,8 @@ class BmcService:
         reset = self._reset_type(doc, MANAGER_RESET_TYPES)
         if isinstance(reset, Response):
             return reset
-        activated = st.update(self.node_dir, lambda s: firmware.activate(s, "bmc_reset")) if mid == "HGX_BMC_0" else []
+        kind = "bmc_reset" if mid == "HGX_BMC_0" else "host_bmc_reset"
+        activated = st.update(self.node_dir, lambda s: firmware.activate(s, kind))
         seconds = float(self.state()["timing"].get("bmc_reset", DEFAULT_BMC_RESET_S) or 0)
         with self.lock:
             self.sessions.clear()  # a BMC reboot ends every session

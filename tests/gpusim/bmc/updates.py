@@ -25,9 +25,10 @@ RESET_ACTIONS = {
     "host_reboot": ("/redfish/v1/Systems/System_0/Actions/ComputerSystem.Reset", "ForceRestart"),
     "ac_power_cycle": ("/redfish/v1/Chassis/HGX_Chassis_0/Actions/Chassis.Reset", "PowerCycle"),
     "bmc_reset": ("/redfish/v1/Managers/HGX_BMC_0/Actions/Manager.Reset", "ForceRestart"),
+    "host_bmc_reset": ("/redfish/v1/Managers/BMC_0/Actions/Manager.Reset", "GracefulRestart"),
 }
 RESET_WORDS = {"gpu_reset": "a GPU reset or host reboot", "host_reboot": "a host reboot",
-               "ac_power_cycle": "an AC power cycle", "bmc_reset": "a BMC reset"}
+               "ac_power_cycle": "an AC power cycle", "bmc_reset": "a BMC reset", "host_bmc_reset": "a reset of the host BMC"}
 
 
 class UpdateError(Exception):
@@ -187,6 +188,8 @@ def resets_needed(kinds: set[str]) -> list[tuple[str, str]]:
         out.append(RESET_ACTIONS["host_reboot"])
     if "bmc_reset" in kinds:
         out.append(RESET_ACTIONS["bmc_reset"])
+    if "host_bmc_reset" in kinds:
+        out.append(RESET_ACTIONS["host_bmc_reset"])
     return out
 
 

@@ -338,14 +338,16 @@ def test_a_pcie_node_lists_its_gpus_and_takes_no_hgx_package(tmp_path):
     try:
         client = Client(*srv.bound["l40s"])
         items = [client.get(m["@odata.id"]) for m in client.get(INV)["Members"]]
-        expected = [(f"GPU_{n}", "95.02.66.00.02", False) for n in range(4)]
+        # the host's BMC and BIOS are updatable through the BMC; a PCIe server's GPUs are not
+        expected = [("HostBIOS_0", "2.1.0", True), ("HostBMC_0", "24.01.1", True)]  # state.json keeps keys sorted
+        expected += [(f"GPU_{n}", "95.02.66.00.02", False) for n in range(4)]
         assert [(i["Id"], i["Version"], i["Updateable"]) for i in items] == expected
         assert [m["@odata.id"].rsplit("/", 1)[1] for m in client.get("/redfish/v1/Managers")["Members"]] == ["BMC_0"]
         assert client.request("POST", "/redfish/v1/Chassis/HGX_Chassis_0/Actions/Chassis.Reset",
                               {"ResetType": "PowerCycle"})[0] == 404
         pkg = artifacts.write_fwpkg(tmp_path / "art", "HGX-24.04-2", components={"HMC": "HGX-24.04-2"})
         status, _h, doc = client.request("POST", "/redfish/v1/UpdateService", pkg.read_bytes())
-        assert status == 400 and "this system's: none" in doc["error"]["message"]
+        assert status == 400 and "this system's: HostBIOS, HostBMC" in doc["error"]["message"]
     finally:
         srv.stop()
         thread.join(5)
