@@ -2,9 +2,10 @@
 against the simulated BMCs), and the audit of both, on a 2-node fleet (tests/fixtures/firmware/fleet-bmc-bios.yml:
 nodes on 127.0.90.x, BMCs on 127.0.190.x:443). bmcbios-01's host BMC and bmcbios-02's BIOS drift from the BOM.
 
-Checks: the audit reports the drift; check mode plans (changed) and pushes nothing; the real run (-vvv) pushes
-the BMC image to one node and the BIOS image to the other, resets the BMC / reboots the host, and Redfish then
-shows the new versions; the BMC password is in no output; a second run changes nothing; the audit is ok after.
+Checks: the audit reports the drift; a wrong sha256 and a downgrade are refused with nothing pushed; check
+mode plans (changed) and pushes nothing; the real run (-vvv) pushes the BMC image to one node and the BIOS
+image to the other, resets the BMC / reboots the host, and Redfish then shows the new versions; the BMC
+password is in no output; a second run changes nothing; the audit is ok after.
 Run:
     .venv/bin/python -m pytest tests/integration/test_bmc_bios.py -m integration -q
 """
@@ -100,6 +101,18 @@ def fleet(tmp_path_factory):
         yield Fleet(workdir, playbook, images)
 
 
+def _failures(doc):
+    """{host: msg} of the tasks that failed (the json callback's plays)."""
+    out = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed"):  # a loop's message is its failed items'
+                    items = [r.get("msg", "") for r in result.get("results", []) if r.get("failed")]
+                    out[host] = "; ".join(items) if items else result.get("msg", "")
+    return out
+
+
 def _changed(doc, host):
     return doc["stats"][host]["changed"]
 
@@ -112,6 +125,20 @@ def test_audit_check_mode_update_rerun_and_audit_again(fleet, tmp_path):
     seen = {n: fleet.versions(n) for n in NODES}
     assert seen["bmcbios-01"]["manager"] == BMC_OLD and seen["bmcbios-02"]["system"] == BIOS_OLD
     tasks = {n: fleet.tasks(n) for n in NODES}
+
+    # a wrong sha256, and a downgrade: refused before anything is pushed
+    wrong = dict(fleet.images["bios"], checksum="0" * 64)
+    proc, doc = fleet.role("-e", json.dumps({"gpu_firmware_bios_image": wrong, "gpu_firmware_bmc_image": {}}))
+    failed = _failures(doc)
+    assert proc.returncode != 0 and set(failed) == {"bmcbios-02"}, failed  # bmcbios-01's BIOS is already at 2.3.1
+    assert "nothing was pushed" in failed["bmcbios-02"] and fleet.images["bios"]["path"] in failed["bmcbios-02"]
+    older = dict(fleet.images["bmc"], version="23.01.0")
+    proc, doc = fleet.role("-e", json.dumps({"gpu_firmware_bmc_image": older, "gpu_firmware_bios_image": {}}))
+    failed = _failures(doc)
+    assert proc.returncode != 0 and set(failed) == set(NODES), failed
+    assert failed["bmcbios-01"] == ("HostBMC_0 runs 24.01.1, newer than the image's 23.01.0: that is a downgrade; set "
+                                    "gpu_firmware_allow_downgrade to do it"), failed
+    assert {n: fleet.versions(n) for n in NODES} == seen and {n: fleet.tasks(n) for n in NODES} == tasks
 
     # check mode: the plan (changed on both nodes), nothing pushed, nothing reset
     proc, doc = fleet.role("--check")
