@@ -5,7 +5,7 @@ nodes on 127.0.90.x, BMCs on 127.0.190.x:443). bmcbios-01's host BMC and bmcbios
 Checks: the audit reports the drift; a wrong sha256 and a downgrade are refused with nothing pushed; check
 mode plans (changed) and pushes nothing; the real run (-vvv) pushes the BMC image to one node and the BIOS
 image to the other, resets the BMC / reboots the host, and Redfish then shows the new versions; the BMC
-password is in no output; a second run changes nothing; the audit is ok after.
+password is in no output; a second run changes nothing, nor does it in check mode; the audit is ok after.
 Run:
     .venv/bin/python -m pytest tests/integration/test_bmc_bios.py -m integration -q
 """
@@ -161,6 +161,10 @@ def test_audit_check_mode_update_rerun_and_audit_again(fleet, tmp_path):
     proc, doc = fleet.role()
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert {n: _changed(doc, n) for n in NODES} == {n: 0 for n in NODES}, doc["stats"]
+    proc, doc = fleet.role("--check")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert {n: _changed(doc, n) for n in NODES} == {n: 0 for n in NODES}, doc["stats"]
+    assert {n: fleet.tasks(n) - tasks[n] for n in NODES} == {"bmcbios-01": 1, "bmcbios-02": 1}  # nothing pushed again
 
     _proc, after = fleet.audit(tmp_path / "after")
     assert after == {n: {"bmc_firmware": (BMC_NEW, BMC_NEW, "ok"), "bios": (BIOS_NEW, BIOS_NEW, "ok")} for n in NODES}
