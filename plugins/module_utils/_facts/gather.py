@@ -70,6 +70,10 @@ def driver_branch(version):
     return _version.driver_branch(version)
 
 
+# What mlxfwmanager prints on a host where it finds no adapter (or mst is stopped).
+_NO_DEVICES = "No devices found"
+
+
 class GpuFactsCollector:
     """Gathers ansible_facts.gpufleet; raises FactsError / ToolError on untrustworthy output."""
 
@@ -224,10 +228,26 @@ class GpuFactsCollector:
         return facts
 
     # -- ConnectX NICs ------------------------------------------------------
+    def _no_mellanox_device(self, manager, rc, out, err):
+        """mlxfwmanager saw no device: true only when the PCI bus lists no Mellanox adapter either."""
+        adapters = self.host.pci_devices(MELLANOX_VENDOR, NIC_CLASS_PREFIXES)
+        if not adapters:
+            return []
+        raise FactsError(
+            f"mlxfwmanager found no device, but the PCI bus lists {len(adapters)} Mellanox adapter(s) ({', '.join(adapters[:4])}): "
+            "run 'mst start' (or check that the MFT kernel modules load), then retry",
+            cmd=[manager.path, "--query", "--query-format", "XML"],
+            rc=rc,
+            stdout=out,
+            stderr=err,
+        )
+
     def _nics(self):
         manager = self._tool(MlxFwManager, "mlxfwmanager_path")
         if manager.available:
             rc, out, err = manager.run(["--query", "--query-format", "XML"], ok_rcs=None)
+            if _NO_DEVICES in out + err or (rc == 0 and "<Device " not in out and "<Devices" in out):
+                return self._no_mellanox_device(manager, rc, out, err)
             if "<Devices" not in out and rc != 0:
                 raise FactsError(
                     f"mlxfwmanager --query failed with exit status {rc} and printed no device list: {(err or out).strip()[:300]}",

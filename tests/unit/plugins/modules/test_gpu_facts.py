@@ -377,3 +377,25 @@ def test_nvidia_smi_without_a_kernel_module_is_no_driver_installed_not_installed
     facts = run_module(gpu_facts.main, {"gather_subset": ["driver"]})["ansible_facts"]["gpufleet"]
     assert facts["driver"] == {"installed": False, "loaded": False, "version": None, "flavor": None, "branch": None, "arch": None}
     assert facts["nvidia_smi"] == "no_driver" and facts["pci_gpu_count"] == 2
+
+
+NO_DEVICES = "-E- No devices found or specified, mst might be stopped, run 'mst start' to load MST modules\n"
+
+
+@pytest.mark.parametrize(("rc", "stdout"), [(1, NO_DEVICES), (0, '<?xml version="1.0" encoding="UTF-8" ?>\n<Devices>\n</Devices>\n')])
+def test_node_without_connectx_has_no_nics_rather_than_failing(commands, node, run_module, rc, stdout):
+    node(driver_text=fixture("proc_version_open_550.90.07.txt"), pci=HGX_PCI[:2])
+    commands.tool("mlxfwmanager", "/usr/bin/mlxfwmanager")
+    commands.on(["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"], rc=rc, stdout=stdout)
+    result = run_module(gpu_facts.main, {"gather_subset": ["nics"]})
+    assert result.get("failed") is not True, result
+    assert result["ansible_facts"]["gpufleet"]["nics"] == []
+
+
+def test_no_device_from_mlxfwmanager_while_the_pci_bus_lists_one_fails(commands, node, run_module):
+    node(driver_text=fixture("proc_version_open_550.90.07.txt"), pci=HGX_PCI)
+    commands.tool("mlxfwmanager", "/usr/bin/mlxfwmanager")
+    commands.on(["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"], rc=1, stdout=NO_DEVICES)
+    result = run_module(gpu_facts.main, {"gather_subset": ["nics"]})
+    assert result["failed"] is True
+    assert result["msg"].startswith("mlxfwmanager found no device, but the PCI bus lists 1 Mellanox adapter(s) (0000:1a:00.0): run 'mst start'")

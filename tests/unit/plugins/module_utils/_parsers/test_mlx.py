@@ -204,7 +204,6 @@ def test_fwmanager_xml_own():
         "",
         "-E- No devices found or specified, mst might be stopped, run 'mst start' to load MST modules",
         "<?xml version='1.0'?><Devices><Device pciName='x'",
-        "<Devices></Devices>",
         "<Devices><Device pciName='0000:01:00.0' psid='MT_1'><Versions/></Device></Devices>",
     ],
 )
@@ -497,3 +496,13 @@ def test_fwmanager_xml_device_without_psid_and_no_failure_status_still_raises():
     text = '<Devices><Device pciName="0000:0d:00.0" psid=""><Versions><FW current="22.43.1014"/></Versions><Status>Up to date</Status></Device></Devices>'
     with pytest.raises(ParseError, match="has no PSID"):
         mlx.parse_fwmanager_xml(text)
+
+
+def test_fwmanager_xml_complete_empty_device_list_is_a_node_without_connectx():
+    assert mlx.parse_fwmanager_xml('<?xml version="1.0" encoding="UTF-8" ?>\n<Devices>\n</Devices>\n') == []
+    assert mlx.parse_fwmanager_xml("<Devices/>\n") == []
+
+
+def test_fwmanager_xml_cut_before_the_first_device_is_an_error():
+    with pytest.raises(ParseError, match="XML output does not parse"):
+        mlx.parse_fwmanager_xml('<?xml version="1.0" encoding="UTF-8" ?>\n<Devices>\n')
