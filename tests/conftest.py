@@ -32,3 +32,17 @@ def real_dir():
     if not REAL.is_dir():
         pytest.skip("../shared/fixtures/real is absent")
     return REAL
+
+
+@pytest.fixture(scope="session")
+def real_nvfwupd():
+    """NVIDIA's real nvfwupd ready to run (its own venv installed), or a skip that says why."""
+    from gpusim import opennvfwupd  # importable: the simulator's tests put tests/ on sys.path
+
+    reason = opennvfwupd.unavailable()
+    if reason:
+        pytest.skip(reason)
+    try:
+        opennvfwupd.ensure()
+    except opennvfwupd.Unavailable as exc:
+        pytest.skip(str(exc))

@@ -92,17 +92,6 @@ def fleet(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tool():
-    reason = opennvfwupd.unavailable()
-    if reason:
-        pytest.skip(reason)
-    try:
-        opennvfwupd.ensure()
-    except opennvfwupd.Unavailable as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     art = tmp_path_factory.mktemp("fwpkg")
     new = artifacts.write_fwpkg(art, "HGX-24.04-2", components={"HMC": "HGX-24.04-2", "GPU_SXM": NEW_VBIOS})
@@ -129,7 +118,7 @@ def test_every_node_has_a_bmc_on_its_management_address(fleet):
     assert fleet.password not in (fleet.workdir / "bmc" / "bmc.log").read_text()
 
 
-def test_show_version_agrees_with_nvidia_smi(fleet, tool, packages):
+def test_show_version_agrees_with_nvidia_smi(fleet, real_nvfwupd, packages):
     new, _old = packages
     for name in NODES:
         done = fleet.nvfwupd(name, "show_version", "-p", str(new), "-j")
@@ -142,7 +131,7 @@ def test_show_version_agrees_with_nvidia_smi(fleet, tool, packages):
         assert {r["Up-To-Date"] for r in rows.values()} == {"No"}
 
 
-def test_update_fw_shows_in_nvidia_smi_only_after_the_reset(fleet, tool, packages):
+def test_update_fw_shows_in_nvidia_smi_only_after_the_reset(fleet, real_nvfwupd, packages):
     new, _old = packages
     done = fleet.nvfwupd("bmc-01", "update_fw", "-p", str(new), "-y")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -161,7 +150,7 @@ def test_update_fw_shows_in_nvidia_smi_only_after_the_reset(fleet, tool, package
     assert hmc["Sys Version"] == "HGX-22.10-1"  # the HMC waits for its own reset (Manager.Reset)
 
 
-def test_downgrade_needs_force_update_and_an_ac_power_cycle_activates_it(fleet, tool, packages):
+def test_downgrade_needs_force_update_and_an_ac_power_cycle_activates_it(fleet, real_nvfwupd, packages):
     _new, old = packages
     assert fleet.nvfwupd("bmc-02", "update_fw", "-p", str(old), "-y", "-b").returncode == 0
     task = fleet.wait_task("bmc-02", "0")
@@ -180,14 +169,14 @@ def test_downgrade_needs_force_update_and_an_ac_power_cycle_activates_it(fleet, 
     assert fleet.vbios("bmc-02") == ["96.00.99.00.01"] * 8
 
 
-def test_wrong_password_is_the_tools_error(fleet, tool):
+def test_wrong_password_is_the_tools_error(fleet, real_nvfwupd):
     done = fleet.nvfwupd("bmc-01", "show_version", password=WRONG)
     assert done.returncode == 1
     assert "Connection Status: Failed" in done.stdout and "Error Code: 1" in done.stdout
     assert WRONG not in done.stdout + done.stderr
 
 
-def test_redfish_info_reads_the_same_inventory(fleet, tool, packages):
+def test_redfish_info_reads_the_same_inventory(fleet, real_nvfwupd, packages):
     new, _old = packages
     result = fleet.module("community.general.redfish_info", "localhost", {
         "category": "Update", "command": "GetFirmwareInventory", "baseuri": fleet.bmc["bmc-02"],

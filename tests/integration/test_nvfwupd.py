@@ -125,18 +125,7 @@ class Fleet(BaseFleet):
 
 
 @pytest.fixture(scope="module")
-def tool():
-    reason = opennvfwupd.unavailable()
-    if reason:
-        pytest.skip(reason)
-    try:
-        opennvfwupd.ensure()
-    except opennvfwupd.Unavailable as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory, tool):
+def fleet(tmp_path_factory, real_nvfwupd):
     base = tmp_path_factory.mktemp("gpusim-nvfwupd")
     playbook = base / "flash.yml"
     playbook.write_text(PLAY)

@@ -18,19 +18,8 @@ USER, PASSWORD = "admin", "Tool-Pw-1"
 WRONG = "not-the-password"
 
 
-@pytest.fixture(scope="module")
-def tool():
-    reason = opennvfwupd.unavailable()
-    if reason:
-        pytest.skip(reason)
-    try:
-        opennvfwupd.ensure()
-    except opennvfwupd.Unavailable as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.fixture
-def bmc(tmp_path, tool):
+def bmc(tmp_path, real_nvfwupd):
     node = node_factory(tmp_path)(timing={"flash": 0.2})
     certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.make_self_signed(certfile, keyfile, ["127.0.0.1"], [], "test")
