@@ -33,6 +33,8 @@ description:
   - O(state=rebooted) runs C(scontrol reboot ASAP nextstate=DOWN reason=REASON NODE); Slurm drains the node, reboots it when it is idle
     (the cluster's C(RebootProgram)) and leaves it C(DOWN) with our reason, to be resumed after validation.
   - Runs on the node itself (O(node) defaults to its short host name) or on any Slurm client host (C(delegate_to)).
+  - O(state=rebooted) on the node itself may lose the task's connection when Slurm reboots the node at once (an idle node);
+    delegate it to another Slurm client, as the rollout does.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -285,7 +287,10 @@ before:
       returned: always
       sample: [{id: "4711", user: alice, name: train-llm}]
 after:
-  description: The node after the task, same keys as RV(before). In check mode, the node as it is (nothing changed).
+  description:
+    - The node after the task, same keys as RV(before). In check mode, the node as it is (nothing changed).
+    - When the node asked Slurm to reboot itself, the node as it was before the request (a read would race the reboot); the diff
+      shows the predicted state.
   returned: success
   type: dict
 waited_s:
@@ -339,6 +344,7 @@ def main():
     params = dict(module.params)
     if not params["node"]:
         params["node"] = platform_node()
+    params["runs_on_node"] = params["node"] == platform_node()
     try:
         check_params(params)
     except GpufleetError as exc:

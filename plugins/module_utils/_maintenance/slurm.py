@@ -450,11 +450,20 @@ def run(module, params):
         except SlurmError as exc:
             exc.result = dict(result, after=slurm.read())
             raise
-    after = before if check else slurm.read()
+    # A node that asked Slurm to reboot itself may go down before one more scontrol answers, and with it the
+    # task's own connection: report what was asked instead of racing the reboot with a read.
+    self_reboot = step["action"] == "reboot" and params.get("runs_on_node", False) and not check
+    if self_reboot:
+        result["warnings_text"].append(
+            f"node {slurm.name} asked Slurm to reboot itself: the reboot may cut this task's connection before its result arrives. "
+            "Run state=rebooted delegated to another Slurm client (a login or controller host) and wait for the node there"
+        )
+    after = before if check or self_reboot else slurm.read()
     result["after"] = after
     if desired == "drained" and result["drained_by_others"]:
         # Callers counting unavailable nodes see whether the other drain still waits for jobs, and which.
         result["drain_state"] = after["drain_state"]
         result["jobs"] = after["jobs"]
-    result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], want_reason) if check else _diff_view(after)}
+    predicted = check or self_reboot
+    result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], want_reason) if predicted else _diff_view(after)}
     return result

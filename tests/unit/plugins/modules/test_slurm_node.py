@@ -447,6 +447,30 @@ def test_reboot_asap_next_state_down(slurm, run_module, monkeypatch):
     assert argvs(slurm) == [show(), squeue(), show(), squeue()]
 
 
+def test_a_node_rebooting_itself_does_not_race_the_reboot_with_a_read(slurm, run_module, monkeypatch):
+    # An idle node reboots as soon as scontrol asks: one more scontrol after the request could be cut off with the
+    # task's connection. The node's own reboot request is the last command; the diff shows the predicted state.
+    reason = "gpufleet:r1: driver 570"
+    monkeypatch.setattr(slurm_node.socket, "gethostname", lambda: "busy-01.cluster.example")
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text()])
+    reboot = [SCONTROL, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", "busy-01"]
+    slurm.on(reboot)
+    result = run_module(slurm_node.main, {"state": "rebooted", "reason": "driver 570", "rollout_id": "r1"})
+    assert result["changed"] is True
+    assert argvs(slurm)[-1] == reboot
+    assert result["diff"]["after"]["state"] == "MIXED+DRAIN+REBOOT_REQUESTED"
+    assert any("asked Slurm to reboot itself" in w and "delegated" in w for w in slurm.warnings), slurm.warnings
+    # from another host the node is read after the request, and nobody is warned
+    slurm.calls.clear()
+    slurm.warnings.clear()
+    monkeypatch.setattr(slurm_node.socket, "gethostname", lambda: "login-01")
+    sequence(slurm, monkeypatch, show(), [node_text(), node_text(), node_text(state="MIXED+DRAIN+REBOOT_REQUESTED", reason=reason)])
+    other = run_module(slurm_node.main, {"node": "busy-01", "state": "rebooted", "reason": "driver 570", "rollout_id": "r1"})
+    assert argvs(slurm)[-2:] == [show(), squeue()]
+    assert other["after"]["state"] == "MIXED+DRAIN+REBOOT_REQUESTED" or "REBOOT_REQUESTED" in other["after"]["flags"]
+    assert slurm.warnings == []
+
+
 # --- errors and defaults -------------------------------------------------------------------------------
 
 
