@@ -24,7 +24,7 @@ from gpusim import artifacts
 from gpusim import state as gstate
 
 UPGRADE = REPO / "playbooks" / "upgrade.yml"
-OLD, NEW = "550.90.07", "570.124.06"
+OLD, NEW = "570.124.06", "580.95.05"
 # The node state file. Each simulated node has its own /etc (tests/gpusim: overlay per node), so the default
 # /etc/ansible/facts.d/gpufleet.fact is the node's own file.
 STATE_FILE = "/etc/ansible/facts.d/gpufleet.fact"

@@ -17,7 +17,7 @@ from fleet import TESTS, fleet_up, needs_fleet
 from rollout_helpers import NEW, OLD, RolloutFleet, max_unavailable, recap, report_json, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
-NEWER = "570.133.20"
+NEWER = "595.45.04"
 ADMIN_REASON = "admin: fan 3 replaced, burn-in pending"
 MAX_UNAVAILABLE = 4
 
@@ -117,7 +117,7 @@ def test_a_second_run_changes_nothing(fleet, happy, tmp_path):
 
 
 def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp_path):
-    """A new BOM (570.133.20): the canary shows Xid 48 once the new driver loads; it is rolled back, validated, and no
+    """A new BOM (595.45.04): the canary shows Xid 48 once the new driver loads; it is rolled back, validated, and no
     other node is touched."""
     report = report_json(happy["report"])
     canary = report["plan"]["canary"][0]
