@@ -194,7 +194,7 @@ state_file:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.lock import ROLLOUT_ACTIONS, DEFAULT_STALE, check_params, run
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.lock import DEFAULT_STALE, ROLLOUT_ACTIONS, check_params, run
 
 
 def main():

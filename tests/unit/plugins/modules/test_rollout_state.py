@@ -34,9 +34,10 @@ def node(tmp_path, monkeypatch, run_module):
     """Runs the module against tmp_path/facts.d/gpufleet.fact; ``node.clock`` is the fake clock, ``node.warnings`` the warnings."""
 
     class Node:
-        path = tmp_path / "facts.d" / "gpufleet.fact"
-        clock = FakeClock()
-        warnings = []
+        def __init__(self):
+            self.path = tmp_path / "facts.d" / "gpufleet.fact"
+            self.clock = FakeClock()
+            self.warnings = []
 
         def __call__(self, check_mode=False, diff=True, **args):
             args.setdefault("rollout_id", "r-1")
