@@ -43,7 +43,7 @@ def test_only_one_of_several_concurrent_acquires_wins(tmp_path, start):
     processes = [context.Process(target=contend, args=(path, index, barrier, results)) for index in range(CONTENDERS)]
     for process in processes:
         process.start()
-    outcomes = [results.get(timeout=60) for _ in processes]
+    outcomes = [results.get(timeout=60) for _process in processes]
     for process in processes:
         process.join(timeout=30)
         assert process.exitcode == 0
@@ -52,6 +52,6 @@ def test_only_one_of_several_concurrent_acquires_wins(tmp_path, start):
     assert len(won) == 1, outcomes
     assert len(refused) == CONTENDERS - 1, outcomes
     winner = won[0][2]
-    assert all(f"is held by rollout {winner} (ctl-{winner[2:]}" in message for _, _, message in refused), refused
+    assert all(f"is held by rollout {winner} (ctl-{winner[2:]}" in message for _index, _outcome, message in refused), refused
     with open(path, encoding="utf-8") as handle:
         assert json.load(handle)["rollout"]["id"] == winner
