@@ -284,31 +284,41 @@ def drain_blockers(pods, node_name, pod_selectors=None, ignore_daemonsets=True, 
 # --- what a drain did -----------------------------------------------------------------------------
 
 
-def drain_outcome(result, after=None):
-    """Judge a registered ``k8s_drain state=drain`` result: ``{"status", "message", "pod", "pods"}``.
+def drain_outcome(result, after=None, before=None):
+    """Judge a registered ``k8s_drain state=drain`` result: ``{"status", "message", "pod", "pods", "jobs"}``.
 
-    ``after`` is ``drain_blockers`` of the node's pods read again after the drain: pods it should have
-    evicted that are still there mean the drain's wait ended first (k8s_drain only warns then, and
-    ansible-core 2.19 no longer hands module warnings to a registered result as text).
-    ``status``: ``drained``; ``pdb`` (an eviction refused by a PodDisruptionBudget, HTTP 429: try again
-    later); ``timeout`` (pods still running after the wait); ``blocked`` (pods k8s_drain refuses to
-    delete); ``error`` (anything else). Judged from the result's text, so it reads the same after
-    ``failed_when`` rewrote ``failed``.
+    ``before`` is ``drain_blockers`` of the node's pods read before the drain: with blockers, the role does
+    not run k8s_drain at all (``blocked``, naming them). ``after`` is ``drain_blockers`` of the pods read
+    again after the drain: pods it should have evicted that are still there mean its wait ended first
+    (k8s_drain only warns then, and ansible-core 2.19 no longer hands module warnings to a registered
+    result as text). ``status``: ``drained``; ``pdb`` (an eviction refused by a PodDisruptionBudget, HTTP
+    429: try again later); ``timeout`` (pods still running after the wait); ``blocked`` (pods k8s_drain
+    refuses to delete); ``error`` (anything else). Judged from the result's text, so it reads the same
+    after ``failed_when`` rewrote ``failed``. ``jobs`` lists the pods that held the node the way the
+    Slurm backend lists jobs (``{"id": "namespace/name", "user": "", "name": "pod"}``).
     """
+    blockers = list(_mapping(before, "the pods before the drain").get("blockers") or [])
+    if blockers:
+        listed = "; ".join(f"{b['pod']} - {b['why']}" for b in blockers)
+        return _outcome("blocked", f"pods that k8s_drain will not evict: {listed}", [b["pod"] for b in blockers])
     result = _mapping(result, "the k8s_drain result")
     msg = result.get("msg") if isinstance(result.get("msg"), str) else ""
     evict = _EVICT_FAILED.search(msg)
     if evict and any(word in evict.group("why") for word in _PDB_WORDS):
         pod = f"{evict.group('namespace')}/{evict.group('name')}"
         why = evict.group("why").strip()
-        return {"status": "pdb", "pod": pod, "pods": [pod], "message": f"eviction of {pod} refused by its PodDisruptionBudget: {why}"}
+        return _outcome("pdb", f"eviction of {pod} refused by its PodDisruptionBudget: {why}", [pod], pod=pod)
     if msg.startswith("Pod deletion errors:"):
-        return {"status": "blocked", "pod": None, "pods": [], "message": msg}
+        return _outcome("blocked", msg, [])
     if result.get("skipped"):
-        return {"status": "error", "pod": None, "pods": [], "message": "the drain did not run (skipped)"}
+        return _outcome("error", "the drain did not run (skipped)", [])
     if result.get("failed") or result.get("unreachable") or "result" not in result:
-        return {"status": "error", "pod": None, "pods": [], "message": msg or "k8s_drain returned no result"}
+        return _outcome("error", msg or "k8s_drain returned no result", [])
     left = list(_mapping(after, "the pods after the drain").get("evict") or [])
     if left:
-        return {"status": "timeout", "pod": None, "pods": left, "message": f"pods still on the node after the drain's wait: {', '.join(left)}"}
-    return {"status": "drained", "pod": None, "pods": [], "message": str(result.get("result"))}
+        return _outcome("timeout", f"pods still on the node after the drain's wait: {', '.join(left)}", left)
+    return _outcome("drained", str(result.get("result")), [])
+
+
+def _outcome(status, message, pods, pod=None):
+    return {"status": status, "message": message, "pod": pod, "pods": pods, "jobs": [{"id": ref, "user": "", "name": "pod"} for ref in pods]}

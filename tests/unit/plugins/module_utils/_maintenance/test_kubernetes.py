@@ -240,3 +240,14 @@ def test_pods_still_there_after_the_wait_are_a_timeout():
     assert outcome["status"] == "timeout" and outcome["pods"] == ["ml/trainer-7c9d5f6b8-x2kq4"]
     # the DaemonSet and mirror pods that stay are no timeout
     assert drain_outcome(done, drain_blockers(PODS[1:2] + PODS[3:4], "gpu-01"))["status"] == "drained"
+
+
+def test_blockers_found_before_the_drain_are_the_outcome():
+    before = drain_blockers(PODS, "gpu-01")
+    outcome = drain_outcome({"skipped": True}, None, before)  # the role does not run k8s_drain then
+    assert outcome["status"] == "blocked"
+    assert outcome["pods"] == ["gpu-operator/nvidia-dcgm-exporter-q8m2t", "ml/redis-cache-0", "default/debug-shell"]
+    assert outcome["message"].startswith("pods that k8s_drain will not evict: gpu-operator/nvidia-dcgm-exporter-q8m2t - uses an emptyDir")
+    assert outcome["jobs"][2] == {"id": "default/debug-shell", "user": "", "name": "pod"}
+    # no blockers before: the result decides
+    assert drain_outcome({"changed": True, "result": "done"}, {"evict": []}, {"blockers": []})["status"] == "drained"
