@@ -231,3 +231,12 @@ def test_summary_extra_and_plan_notes_are_redacted_too():
     report = rollout.build_report(records, RID, plan=plan, summary_extra={"controller": "https://u:pw2@ctl"})
     text = rollout.render_json(report) + rollout.render_markdown(report) + rollout.render_html(report) + rollout.render_junit(report)
     assert "pw1" not in text and "pw2" not in text and report["summary"]["redactions"] == 2
+
+
+def test_json_has_one_line_per_node_and_parses_back(report):
+    text = rollout.render_json(report)
+    assert json.loads(text) == json.loads(json.dumps(report))
+    lines = text.splitlines()
+    assert sum(1 for line in lines if line.startswith('    {"after"')) == 24
+    tricky = dict(report, extra={"note": '\n  "nodes": []'})
+    assert json.loads(rollout.render_json(tricky)) == json.loads(json.dumps(tricky))
