@@ -54,8 +54,9 @@ options:
   summary_extra:
     description:
       - Facts about the run shown in the summary.
-      - "Known keys: C(who) (str), C(failure_budget) (int), C(max_unavailable) (int or V(10%)), C(stop_file) (path),
-        C(stop_file_present) (bool), C(stopped_reason) (str), C(controller) (str). Other keys with plain values are shown as given."
+      - "Known keys: C(who) (str), C(failure_budget) (int, or its digits), C(max_unavailable) (int or V(10%)), C(stop_file) (path),
+        C(stop_file_present) (bool, or V(true)/V(false)/V(yes)/V(no)), C(stopped_reason) (str), C(controller) (str).
+        Other keys with plain values are shown as given."
     type: dict
     default: {}
   formats:
@@ -73,8 +74,6 @@ options:
     type: list
     elements: str
     default: []
-seealso:
-  - module: gpufleet.lifecycle.rollout_state
 """
 
 EXAMPLES = r"""

@@ -7,7 +7,8 @@ module's own renderer, then
   marks are seen in gpu-07's row and in no other, and the chart is not blank;
 - chromium loads a copy of the page with a measuring script (the report itself has none) and dumps the DOM:
   no text of the chart lies outside its SVG or over another text, the chart box needs no horizontal scroll
-  and the page no horizontal scroll bar.
+  and the page no horizontal scroll bar; with 1,000 nodes the box scrolls down, never sideways, and no
+  text overlaps.
 ``test_the_checks_see_a_broken_chart`` breaks the chart (every bar at width 0) and asserts that the bar check fails.
 
 Needs Debian's chromium (tests/browser/install.sh); skips saying so where it is absent. Run:
@@ -16,6 +17,7 @@ Needs Debian's chromium (tests/browser/install.sh); skips saying so where it is 
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -51,14 +53,16 @@ MEASURE = """<script>
       if (!inside(b, r) || b.width < 1) { clipped.push(shown); }
       return [b, shown];
     });
+    boxes.sort(function (a, b) { return a[0].top - b[0].top; });  // a sweep down the chart: every pair on one line is compared
     for (var i = 0; i < boxes.length; i++) {
-      for (var j = i + 1; j < boxes.length && j < i + 40; j++) {
+      for (var j = i + 1; j < boxes.length && boxes[j][0].top < boxes[i][0].bottom; j++) {
         if (overlap(boxes[i][0], boxes[j][0])) { overlaps.push(boxes[i][1] + ' / ' + boxes[j][1]); }
       }
     }
   });
   var box = document.querySelector('.timeline-box'), chart = document.querySelector('svg.timeline');
   var out = {texts: texts, clipped: clipped, overlaps: overlaps, boxScroll: box.scrollWidth - box.clientWidth,
+             boxTall: box.scrollHeight - box.clientHeight,
              pageScroll: document.documentElement.scrollWidth - window.innerWidth,
              chartWidth: chart.getBoundingClientRect().width, boxWidth: box.clientWidth};
   var pre = document.createElement('pre'); pre.id = 'measured'; pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
@@ -184,17 +188,33 @@ def test_the_chart_is_not_blank(rendered):
     assert left + timeline.WIDTH <= image.width
 
 
-def test_no_text_is_clipped_or_overlapping(rendered):
-    _report, _image, tmp_path = rendered
-    page = tmp_path / "measure.html"
-    page.write_text(rollout.render_html(sample_report()).replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+def measure(tmp_path, report):
+    """What the laid-out page says about the chart (the MEASURE script's output)."""
+    page = tmp_path / f"measure-{len(report['nodes'])}.html"
+    page.write_text(rollout.render_html(report).replace("</body>", MEASURE + "</body>"), encoding="utf-8")
     dom = chromium(tmp_path, page, "--dump-dom", "--virtual-time-budget=5000")
-    measured = json.loads(re.search(r'<pre id="measured">(.*?)</pre>', dom, re.DOTALL).group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom, re.DOTALL)
+    assert found, "the measuring script did not run: " + dom[-500:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_no_text_is_clipped_or_overlapping(rendered):
+    report, _image, tmp_path = rendered
+    measured = measure(tmp_path, report)
     assert measured["texts"] > 24 + 4 + 5  # row labels, wave headers and boundaries, ticks
-    assert measured["clipped"] == []
-    assert measured["overlaps"] == []
+    assert (measured["clipped"], measured["overlaps"]) == ([], [])
     assert measured["boxScroll"] <= 0 and measured["pageScroll"] <= 0
     assert measured["chartWidth"] == timeline.WIDTH
+    assert measured["boxTall"] <= 0  # 24 nodes need no scrolling
+
+
+def test_a_thousand_nodes_scroll_down_never_sideways_and_never_overlap(tmp_path):
+    records, plan = sample_rollout(1000, rollback=("gpu-0007", "gpu-0500"), skipped=("gpu-0300",), rollout_id=RID)
+    measured = measure(tmp_path, rollout.build_report(records, RID, plan=plan))
+    assert measured["texts"] > 1000
+    assert (measured["clipped"], measured["overlaps"]) == ([], [])
+    assert measured["boxScroll"] <= 0 and measured["pageScroll"] <= 0
+    assert measured["boxTall"] > 10000  # the box scrolls: rows keep their height
 
 
 def test_the_checks_see_a_broken_chart(rendered, tmp_path):

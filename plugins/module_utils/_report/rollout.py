@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import html
 import json
+import re
 import xml.etree.ElementTree as ET
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import (
@@ -33,6 +34,7 @@ RESULT_WORDS = {
 }
 EXTRA_TYPES = {"who": str, "failure_budget": int, "max_unavailable": (int, str), "stop_file": str, "stop_file_present": bool,
                "stopped_reason": str, "controller": str}
+_BOOLEANS = {"true": True, "yes": True, "false": False, "no": False}
 
 
 def wave_label(wave):
@@ -91,6 +93,13 @@ def _check_plan(plan):
 
 def _check_extra(extra):
     extra = dict(extra or {})
+    # A templated value may arrive as text ("{{ gpufleet_failure_budget }}" on older ansible-core): read it, strictly.
+    budget = extra.get("failure_budget")
+    if isinstance(budget, str) and re.fullmatch(r"[0-9]{1,9}", budget):
+        extra["failure_budget"] = int(budget)
+    present = extra.get("stop_file_present")
+    if isinstance(present, str) and present.lower() in _BOOLEANS:
+        extra["stop_file_present"] = _BOOLEANS[present.lower()]
     for key, kind in EXTRA_TYPES.items():
         value = extra.get(key)
         if value is None:
@@ -355,7 +364,14 @@ def drain_text(node):
 
 
 def render_json(report):
-    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+    """Indented, except that each node is one line: Python's C encoder does not indent, and 10,000 nodes indented take seconds."""
+    head = dict(report, nodes=[])
+    text = json.dumps(head, indent=2, sort_keys=True)
+    marker = '\n  "nodes": []'  # the top-level key: a string in JSON holds no raw newline, a nested key is indented deeper
+    if not report["nodes"]:
+        return text + "\n"
+    nodes = ",\n".join("    " + json.dumps(node, sort_keys=True) for node in report["nodes"])
+    return text.replace(marker, '\n  "nodes": [\n' + nodes + "\n  ]", 1) + "\n"
 
 
 def _md(text):
@@ -495,7 +511,10 @@ def render_junit(report):
     for node in report["nodes"]:
         by_wave.setdefault(node["wave"], []).append(node)
     for wave in report["waves"]:
-        suite = ET.SubElement(suites, "testsuite", name=f"{report['rollout_id']} {wave['label']}")
+        suite = ET.SubElement(suites, "testsuite", name=f"{report['rollout_id']} {wave['label']}", id=str(len(suites)),
+                              package=f"rollout.{report['rollout_id']}")
+        if wave["start"] is not None:
+            suite.set("timestamp", iso(wave["start"]).rstrip("Z"))  # the schema's ISO 8601 time, without a zone: UTC
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         suite_time = 0.0
         for node in by_wave[wave["wave"]]:

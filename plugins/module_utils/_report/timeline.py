@@ -40,6 +40,7 @@ GROUP_H = 20  # a wave's header row
 AXIS_H = 26
 NAME_CHARS = 26
 WIDTH = LABEL_W + PLOT_W + RIGHT_PAD
+SCROLLBAR_W = 20
 _STEPS = (15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 _FONT = 'font-family="DejaVu Sans Mono,monospace" font-size="11"'
 
@@ -150,7 +151,8 @@ def render_timeline(report):
                   "failure decided (rollback or left drained)</span>")
     legend.append('<span><svg width="22" height="12"><line x1="11" y1="0" x2="11" y2="12" stroke="#333" stroke-dasharray="3,2"/></svg> '
                   "wave start</span></div>")
-    box = (f'<div class="timeline-box" style="overflow:auto;max-height:75vh;max-width:100%;border:1px solid #ccc;width:{WIDTH + 2}px">'
+    # Room for a vertical scroll bar (long fleets) so that it never forces a horizontal one.
+    box = (f'<div class="timeline-box" style="overflow:auto;max-height:75vh;max-width:100%;border:1px solid #ccc;width:{WIDTH + SCROLLBAR_W}px">'
            f'<div style="position:sticky;top:0;z-index:1;line-height:0">{"".join(axis)}</div>'
            f'<div style="line-height:0">{"".join(chart)}</div></div>')
     return "\n".join(legend) + "\n" + box

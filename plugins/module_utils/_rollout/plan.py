@@ -218,7 +218,7 @@ class _Pool:
                 if room <= 0:
                     continue
                 count = min(room, len(group))
-                picked.extend(group.popleft() for _ in range(count))
+                picked.extend(group.popleft() for _taken in range(count))
                 if not group:
                     emptied.append(key)
                 for name, value in zip(self.names, key):

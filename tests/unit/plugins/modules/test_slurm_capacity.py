@@ -260,7 +260,7 @@ def test_scontrol_failure_fails_with_what_to_check(slurm, run_module):
     ("output", "words"),
     [
         (listing().replace("State=IDLE", "State=idle*"), "is not BASE+FLAG"),
-        (listing().split(" ThreadsPerCore")[0], "looks cut off"),
+        (listing().split(" ThreadsPerCore", maxsplit=1)[0], "looks cut off"),
         (listing() + line("idle", "gpu-01") + "\n", "printed node gpu-01 twice"),
         (listing().replace("State=IDLE", "State=IDLE+WHATEVER", 1), "unknown state flag"),
     ],

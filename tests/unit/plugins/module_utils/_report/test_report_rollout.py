@@ -90,6 +90,7 @@ def test_junit_suite_per_wave_case_per_node(report):
     assert root.tag == "testsuites"
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [f"{RID} canary", f"{RID} wave 1", f"{RID} wave 2", f"{RID} wave 3"]
+    assert [s.get("id") for s in suites] == ["0", "1", "2", "3"] and suites[0].get("timestamp") == "2025-12-01T11:53:20"
     for suite in suites:
         cases = suite.findall("testcase")
         assert int(suite.get("tests")) == len(cases)
@@ -203,8 +204,8 @@ def test_a_bad_plan_is_refused(plan, field):
 
 @pytest.mark.parametrize(
     ("extra", "field"),
-    [({"failure_budget": "2"}, "summary_extra.failure_budget"), ({"failure_budget": True}, "summary_extra.failure_budget"),
-     ({"stop_file_present": "no"}, "summary_extra.stop_file_present"), ({"x": {"a": 1}}, "summary_extra.x")],
+    [({"failure_budget": "2 nodes"}, "summary_extra.failure_budget"), ({"failure_budget": True}, "summary_extra.failure_budget"),
+     ({"stop_file_present": "maybe"}, "summary_extra.stop_file_present"), ({"x": {"a": 1}}, "summary_extra.x")],
 )
 def test_bad_summary_extra_is_refused(extra, field):
     records, _plan = sample_rollout(2, rollout_id=RID)
@@ -231,3 +232,18 @@ def test_summary_extra_and_plan_notes_are_redacted_too():
     report = rollout.build_report(records, RID, plan=plan, summary_extra={"controller": "https://u:pw2@ctl"})
     text = rollout.render_json(report) + rollout.render_markdown(report) + rollout.render_html(report) + rollout.render_junit(report)
     assert "pw1" not in text and "pw2" not in text and report["summary"]["redactions"] == 2
+
+
+def test_json_has_one_line_per_node_and_parses_back(report):
+    text = rollout.render_json(report)
+    assert json.loads(text) == json.loads(json.dumps(report))
+    lines = text.splitlines()
+    assert sum(1 for line in lines if line.startswith('    {"after"')) == 24
+    tricky = dict(report, extra={"note": '\n  "nodes": []'})
+    assert json.loads(rollout.render_json(tricky)) == json.loads(json.dumps(tricky))
+
+
+def test_templated_text_for_budget_and_stop_file_is_read():
+    records, _plan = sample_rollout(2, rollout_id=RID)
+    s = rollout.build_report(records, RID, summary_extra={"failure_budget": "2", "stop_file": "/x", "stop_file_present": "False"})["summary"]
+    assert (s["failure_budget"], s["stop_file_present"]) == (2, False)

@@ -1,0 +1,43 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The Kubernetes drain decisions of the node_maintenance role, as filters.
+
+Documentation of each filter in the adjacent <filter_name>.yml file; the logic is in
+plugins/module_utils/_maintenance/kubernetes.py (pure functions over the Kubernetes API's JSON).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance import kubernetes
+
+_PREFIX = "gpufleet.lifecycle."
+
+
+def _filter(name, function):
+    """Wrap a decision so that its errors name the filter's full name."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except (kubernetes.KubernetesMaintenanceError, TypeError) as exc:
+            raise AnsibleFilterError(f"{_PREFIX}{name}: {exc}") from exc
+
+    return wrapper
+
+
+class FilterModule:
+    """gpufleet.lifecycle Kubernetes maintenance filters."""
+
+    def filters(self):
+        return {
+            "k8s_cordon_plan": _filter("k8s_cordon_plan", kubernetes.cordon_plan),
+            "k8s_uncordon_plan": _filter("k8s_uncordon_plan", kubernetes.uncordon_plan),
+            "k8s_drain_blockers": _filter("k8s_drain_blockers", kubernetes.drain_blockers),
+            "k8s_drain_outcome": _filter("k8s_drain_outcome", kubernetes.drain_outcome),
+        }

@@ -1,0 +1,215 @@
+"""The node_maintenance role's Slurm backend on simulated nodes with real Slurm (gpusim: slurmctld + one slurmd per node).
+
+Brings up tests/fixtures/maintenance/fleet-maint.yml (job-01 and slow-01 run a sleep job, idle-01 and pre-01
+are idle) once for the file and runs the role's entry points with ansible-playbook over SSH, as the rollout
+does: Slurm commands run on the Slurm client `slurmctl` (group slurm_clients, a local connection on the
+controller with the fleet's SLURM_CONF), the reboot's checks on the node. Slurm's view is read with scontrol
+on the controller. Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
+    .venv/bin/python -m pytest tests/integration/test_node_maintenance.py -m integration -q
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from fleet import TESTS, ansible_env, fleet_up, json_doc, needs_fleet
+from fleet import Fleet as BaseFleet
+
+SPEC = TESTS / "fixtures" / "maintenance" / "fleet-maint.yml"
+ROLLOUT = "maint-it-1"
+REASON = "driver upgrade"
+OURS = f"gpufleet:{ROLLOUT}: {REASON}"
+
+pytestmark = needs_fleet()
+
+PLAYBOOK = """
+- name: node_maintenance entry point
+  hosts: "{{ target }}"
+  gather_facts: false
+  tasks:
+    - name: Run the entry point
+      ansible.builtin.include_role:
+        name: gpufleet.lifecycle.node_maintenance
+        tasks_from: "{{ entry }}"
+
+    - name: Report the role's facts
+      ansible.builtin.debug:
+        msg:
+          drained: "{{ node_maintenance_drained | default(None) }}"
+          skip: "{{ node_maintenance_skip | default(None) }}"
+          skip_reason: "{{ node_maintenance_skip_reason | default(None) }}"
+          drain: "{{ node_maintenance_drain | default(None) }}"
+          jobs: "{{ node_maintenance_jobs | default(None) }}"
+          resumed: "{{ node_maintenance_resumed | default(None) }}"
+          rebooted: "{{ node_maintenance_rebooted | default(None) }}"
+          boot_id: "{{ node_maintenance_boot_id | default(None) }}"
+"""
+
+
+class Fleet(BaseFleet):
+    def __init__(self, workdir):
+        super().__init__(workdir)
+        self.playbook = workdir / "maint-play.yml"
+        self.playbook.write_text(PLAYBOOK)
+        # The Slurm client the rollout delegates to: slurmctl, a local connection on the controller.
+        self.clients = workdir / "slurm-clients.yml"
+        self.clients.write_text(yaml.safe_dump({"slurm_clients": {"hosts": {"slurmctl": {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "gpufleet_slurm_environment": {"SLURM_CONF": self.slurm_env["SLURM_CONF"]},
+        }}}}))
+
+    def role(self, target: str, entry: str, **extra) -> tuple[subprocess.CompletedProcess, dict]:
+        """ansible-playbook the entry point on target -> (process, json document)."""
+        variables = {"target": target, "entry": entry, "gpufleet_rollout_id": ROLLOUT, "gpufleet_maintenance_reason": REASON,
+                     "node_maintenance_poll_interval": 1, **extra}
+        proc = self.ansible_playbook(self.playbook, "-i", str(self.clients), "-e", json.dumps(variables),
+                                     timeout=600, env=ansible_env(json_output=True))
+        return proc, json_doc(proc)
+
+    def facts(self, doc: dict, host: str) -> dict:
+        task = next(t for t in doc["plays"][0]["tasks"] if t["task"]["name"].endswith("Report the role's facts"))
+        return task["hosts"][host]["msg"]
+
+    def scontrol(self, *args: str) -> str:
+        done = subprocess.run(["scontrol", *args], env=self.slurm_env, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def node(self, name: str) -> tuple[str, str | None]:
+        """(State=..., reason without the [user@time] suffix) as the controller sees them."""
+        line = self.scontrol("show", "node", "-o", name)
+        state = next(w.split("=", 1)[1] for w in line.split() if w.startswith("State="))
+        reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
+        return state, reason
+
+    def running_jobs(self, name: str) -> list[str]:
+        done = subprocess.run(["squeue", "-h", "-w", name, "-t", "R", "-o", "%i"], env=self.slurm_env, capture_output=True,
+                              text=True, timeout=30, check=True)
+        return done.stdout.split()
+
+    def wait_state(self, name: str, accept, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.node(name)[0]
+            if accept(state):
+                return state
+            time.sleep(0.3)
+        pytest.fail(f"{name}: Slurm state stayed {state}")
+
+
+def failed_tasks(doc: dict, host: str) -> list[dict]:
+    return [t["hosts"][host] for p in doc["plays"] for t in p["tasks"] if t["hosts"].get(host, {}).get("failed")
+            and not t["hosts"][host].get("ignore_errors")]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    with fleet_up(SPEC, tmp_path_factory.mktemp("gpusim-maint") / "fleet") as workdir:
+        fleet = Fleet(workdir)
+        for name in ("job-01", "slow-01"):  # the spec's sleep jobs run
+            fleet.wait_state(name, lambda s: s == "MIXED")
+        yield fleet
+
+
+def test_drain_waits_for_the_running_job_then_holds_the_node_and_resume_gives_it_back(fleet):
+    job = fleet.running_jobs("job-01")
+    assert len(job) == 1
+    # The job ends while the drain waits (its user's job finishing, as on a real cluster).
+    ender = subprocess.Popen(["sh", "-c", f"sleep 12; scancel {job[0]}"], env=fleet.slurm_env)
+    try:
+        proc, doc = fleet.role("job-01", "drain", gpufleet_drain_timeout=120)
+    finally:
+        ender.wait(timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    facts = fleet.facts(doc, "job-01")
+    assert facts["drained"] is True and facts["skip"] is False, facts
+    assert facts["drain"] == {"ours": True, "reason": OURS}
+    assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
+
+    proc, doc = fleet.role("job-01", "resume")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.facts(doc, "job-01")["resumed"] is True
+    assert fleet.wait_state("job-01", lambda s: s == "IDLE") == "IDLE"
+    assert fleet.node("job-01")[1] is None
+
+
+def test_node_drained_by_someone_else_is_skipped_and_keeps_its_drain_and_reason(fleet):
+    theirs = "hw ticket 4711: GPU 3 Xid 79"
+    fleet.scontrol("update", "NodeName=pre-01", "State=DRAIN", f"Reason={theirs}")
+    try:
+        proc, doc = fleet.role("pre-01", "drain")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        facts = fleet.facts(doc, "pre-01")
+        assert facts["skip"] is True and facts["drained"] is False, facts
+        assert facts["skip_reason"].startswith("drained by others: pre-01 is IDLE+DRAIN")
+        assert theirs in facts["skip_reason"]
+        assert facts["drain"] == {"ours": False, "reason": theirs}
+        assert fleet.node("pre-01") == ("IDLE+DRAIN", theirs)
+
+        proc, doc = fleet.role("pre-01", "resume")  # resume only ours: theirs stays
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert fleet.facts(doc, "pre-01")["resumed"] is False
+        assert fleet.node("pre-01") == ("IDLE+DRAIN", theirs)
+    finally:
+        fleet.scontrol("update", "NodeName=pre-01", "State=RESUME")
+        fleet.wait_state("pre-01", lambda s: s == "IDLE")
+
+
+def test_drain_timeout_with_skip_resumes_our_drain_and_leaves_their_job_running(fleet):
+    job = fleet.running_jobs("slow-01")
+    assert len(job) == 1
+    proc, doc = fleet.role("slow-01", "drain", gpufleet_drain_timeout=3, gpufleet_drain_timeout_action="skip")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    facts = fleet.facts(doc, "slow-01")
+    assert facts["skip"] is True and facts["drained"] is False, facts
+    assert facts["skip_reason"].startswith("drain timed out: slow-01 still ran job " + job[0]), facts["skip_reason"]
+    assert "our drain was resumed and the jobs left untouched" in facts["skip_reason"]
+    assert [j["id"] for j in facts["jobs"]] == job
+    fleet.wait_state("slow-01", lambda s: s == "MIXED")
+    assert fleet.node("slow-01") == ("MIXED", None)
+    assert fleet.running_jobs("slow-01") == job
+
+
+def test_drain_timeout_with_stop_fails_the_host_and_keeps_the_job(fleet):
+    job = fleet.running_jobs("slow-01")
+    proc, doc = fleet.role("slow-01", "drain", gpufleet_drain_timeout=3, gpufleet_drain_timeout_action="stop")
+    try:
+        assert proc.returncode == 2, proc.stdout[-3000:]
+        failures = failed_tasks(doc, "slow-01")
+        assert len(failures) == 1, failures
+        assert "drain timed out: slow-01 still ran job " + job[0] in failures[0]["msg"]
+        assert "the rollout stops here" in failures[0]["msg"]
+        assert fleet.node("slow-01") == ("MIXED+DRAIN", OURS)  # the drain stays, as the message says
+        assert fleet.running_jobs("slow-01") == job
+    finally:
+        proc, _ = fleet.role("slow-01", "resume")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        fleet.wait_state("slow-01", lambda s: s == "MIXED")
+
+
+def test_reboot_through_slurm_from_the_slurm_client_then_resume(fleet):
+    proc, doc = fleet.role("idle-01", "drain")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.node("idle-01") == ("IDLE+DRAIN", OURS)
+    proc, doc = fleet.role("idle-01", "reboot", gpufleet_reboot_timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    request = next(t["hosts"]["idle-01"] for t in doc["plays"][0]["tasks"] if "Ask Slurm to reboot" in t["task"]["name"])
+    assert request["changed"] is True, request
+    # Asked from slurmctl: the module did not run on the node it rebooted (it warns when it does).
+    assert not any("asked Slurm to reboot itself" in w for w in request.get("warnings", [])), request
+    facts = fleet.facts(doc, "idle-01")
+    assert facts["rebooted"] is True
+    assert facts["boot_id"]["before"] != facts["boot_id"]["after"] and facts["boot_id"]["after"]
+    assert fleet.node("idle-01") == ("DOWN", f"{OURS} : reboot issued : reboot complete")
+
+    proc, doc = fleet.role("idle-01", "resume")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.facts(doc, "idle-01")["resumed"] is True
+    assert fleet.wait_state("idle-01", lambda s: s == "IDLE") == "IDLE"
