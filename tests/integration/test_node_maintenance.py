@@ -210,7 +210,7 @@ def test_drain_timeout_with_stop_fails_the_host_and_keeps_the_job(fleet):
         assert fleet.node("slow-01") == ("MIXED+DRAIN", OURS)  # the drain stays, as the message says
         assert fleet.running_jobs("slow-01") == job
     finally:
-        proc, _ = fleet.role("slow-01", "resume")
+        proc = fleet.role("slow-01", "resume")[0]
         assert proc.returncode == 0, proc.stdout[-3000:]
         fleet.wait_state("slow-01", lambda s: s == "MIXED")
 
@@ -248,7 +248,7 @@ def test_kill_jobs_cancels_the_jobs_that_held_the_drain(fleet):
     assert cancel["cmd"][0] == "scancel" and sorted(cancel["cmd"][1:]) == sorted(jobs), cancel
     assert fleet.running_jobs("job-01") == []
     assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
-    proc, _ = fleet.role("job-01", "resume")
+    proc = fleet.role("job-01", "resume")[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     fleet.wait_state("job-01", lambda s: s == "IDLE")
 
@@ -257,7 +257,7 @@ def test_reboot_without_a_slurm_client_asks_from_the_node_itself(fleet):
     # No Slurm client: the node runs scontrol itself, and its reboot may cut the request's connection (accepted,
     # as ansible.builtin.reboot does); the new boot id and Slurm's ': reboot complete' prove it rebooted.
     alone = {"gpufleet_slurm_client": ""}
-    proc, _ = fleet.role("pre-01", "drain", **alone)
+    proc = fleet.role("pre-01", "drain", **alone)[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.node("pre-01") == ("IDLE+DRAIN", OURS)
     proc, doc = fleet.role("pre-01", "reboot", gpufleet_reboot_timeout=180, **alone)
@@ -267,6 +267,6 @@ def test_reboot_without_a_slurm_client_asks_from_the_node_itself(fleet):
     facts = fleet.facts(doc, "pre-01")
     assert facts["rebooted"] is True and facts["boot_id"]["before"] != facts["boot_id"]["after"]
     assert fleet.node("pre-01") == ("DOWN", f"{OURS} : reboot issued : reboot complete")
-    proc, _ = fleet.role("pre-01", "resume", **alone)
+    proc = fleet.role("pre-01", "resume", **alone)[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.wait_state("pre-01", lambda s: s == "IDLE") == "IDLE"
