@@ -49,7 +49,10 @@ included), a file larger than ``MAX_BYTES``, nesting deeper than ``MAX_DEPTH``, 
 than 1, and a known key of the wrong type: ``last_known_good`` an object of objects, each with a
 whole ``version`` (``_version.is_driver_version`` for the driver and the fabric manager), ``method``
 ``runfile`` or ``package`` and ``kernel_module`` ``open`` or ``proprietary`` where given;
-``rollout`` an object whose ``id``, ``phase`` and ``updated_at`` are strings or null; ``history`` a
+``rollout`` an object whose ``id``, ``phase`` and ``updated_at`` are strings or null (and, as the
+rollout_state module writes them: ``owner`` a string, ``acquired_at`` / ``heartbeat_at`` epoch seconds,
+``wave`` a whole number, ``status`` one of ROLLOUT_STATUSES, ``result`` one of ROLLOUT_RESULTS, all or
+null, and ``phases`` a list of ``{"name", "start", "end", "status", "detail"}``); ``history`` a
 list of objects whose known keys have the types ``append_history`` writes. Unknown keys are kept.
 ``save`` refuses (and writes nothing) a document that ``load`` would refuse.
 """
@@ -94,6 +97,10 @@ _FIRMWARE_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:~-]{0,127}")
 _ENTRY_CHOICES = {"method": ("runfile", "package"), "kernel_module": ("open", "proprietary")}
 _HISTORY_STRINGS = ("time", "component", "action", "result")
 _HISTORY_OPTIONAL_STRINGS = ("before", "after", "rollout_id")
+# The rollout lock and phases (written by rollout_state): "running" holds the node, "done" and "released" free it.
+ROLLOUT_STATUSES = ("running", "done", "released")
+ROLLOUT_RESULTS = ("upgraded", "unchanged", "rolled_back", "failed_drained", "skipped")
+PHASE_STATUSES = ("started", "ok", "failed", "skipped")
 
 
 class StateFileError(GpufleetError):
@@ -235,6 +242,42 @@ def _check_history_entry(index, entry):
         raise _Invalid(f"{where}.details", f"must be an object or null, not {_describe(entry['details'])}")
 
 
+def _optional_number(value, where):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise _Invalid(where, f"must be a number (epoch seconds) or null, not {_describe(value)} ({value!r})")
+
+
+def _optional_choice(value, where, choices):
+    if value is not None and value not in choices:
+        raise _Invalid(where, f"is {value!r}, expected one of {', '.join(choices)} or null")
+
+
+def _check_rollout_lock(rollout):
+    """The keys the rollout_state module writes into ``rollout`` (owner, lock times, wave, status, result, phases)."""
+    _optional_string(rollout.get("owner"), "rollout.owner")
+    for key in ("acquired_at", "heartbeat_at"):
+        _optional_number(rollout.get(key), f"rollout.{key}")
+    wave = rollout.get("wave")
+    if wave is not None and (isinstance(wave, bool) or not isinstance(wave, int) or wave < 0):
+        raise _Invalid("rollout.wave", f"must be a whole number of at least 0 or null, not {wave!r}")
+    _optional_choice(rollout.get("status"), "rollout.status", ROLLOUT_STATUSES)
+    _optional_choice(rollout.get("result"), "rollout.result", ROLLOUT_RESULTS)
+    phases = rollout.get("phases", [])
+    if not isinstance(phases, list):
+        raise _Invalid("rollout.phases", f"must be a list, not {_describe(phases)}")
+    for index, phase in enumerate(phases):
+        where = f"rollout.phases[{index}]"
+        if not isinstance(phase, dict):
+            raise _Invalid(where, f"must be an object, not {_describe(phase)}")
+        if not isinstance(phase.get("name"), str) or not phase["name"]:
+            raise _Invalid(f"{where}.name", f"must be a phase name, not {phase.get('name')!r}")
+        for key in ("start", "end"):
+            _optional_number(phase.get(key), f"{where}.{key}")
+        if phase.get("status") not in PHASE_STATUSES:
+            raise _Invalid(f"{where}.status", f"is {phase.get('status')!r}, expected one of {', '.join(PHASE_STATUSES)}")
+        _optional_string(phase.get("detail"), f"{where}.detail")
+
+
 def _check_shape(data):
     """The known keys of a document have their types (see the module docstring); unknown keys pass."""
     if not isinstance(data, dict):
@@ -254,6 +297,7 @@ def _check_shape(data):
         raise _Invalid("rollout", f"must be an object with id and phase, not {_describe(rollout)} ({json.dumps(rollout)[:80]})")
     for key in ("id", "phase", "updated_at"):
         _optional_string(rollout.get(key), f"rollout.{key}")
+    _check_rollout_lock(rollout)
     history = data.get("history", [])
     if not isinstance(history, list):
         raise _Invalid("history", f"must be a list, not {_describe(history)}")

@@ -41,6 +41,8 @@ SUPERVISOR_PID = "supervisor.pid"
 BMC_DIR = "bmc"
 BMC_PID = "bmc.pid"
 BOOT_WORKERS = 16
+# The inventory host (group slurm_clients) that runs Slurm commands on the controller, beside slurmctld.
+SLURM_CLIENT = "slurmctl"
 
 
 class FleetError(RuntimeError):
@@ -101,7 +103,9 @@ def _inventory(fleet: spec_mod.Fleet, workdir: Path, bmc_password: str) -> Path:
     groups: dict[str, Any] = {}
     for plan in fleet.nodes:
         hosts = groups.setdefault(plan.spec["sku"], {"hosts": {}})["hosts"]
-        hosts[plan.name] = {"ansible_host": plan.address, "ansible_port": fleet.ssh_port, "bmc_address": plan.bmc_address}
+        # The spec group's vars (rack, nvlink_domain...) first: the simulator's own keys win.
+        hosts[plan.name] = {**plan.host_vars, "ansible_host": plan.address, "ansible_port": fleet.ssh_port,
+                            "bmc_address": plan.bmc_address}
     hosts_yml = {
         "all": {
             "vars": {
@@ -118,8 +122,17 @@ def _inventory(fleet: spec_mod.Fleet, workdir: Path, bmc_password: str) -> Path:
                 # The certificate the BMCs serve, for playbooks that check it (the audit does by default).
                 "gpufleet_bmc_ca_path": str(workdir / "bmc" / "cert.pem"),
             },
-            # Every SKU group sits under gpu_nodes, the group the playbooks target by default.
-            "children": {"gpu_nodes": {"children": groups}},
+            # Every SKU group sits under gpu_nodes, the group the playbooks target by default; `gpu` (the rollout's
+            # default gpufleet_targets) is the same nodes. slurm_clients: where delegated Slurm commands run.
+            "children": {
+                "gpu_nodes": {"children": groups},
+                "gpu": {"children": {"gpu_nodes": {}}},
+                "slurm_clients": {"hosts": {SLURM_CLIENT: {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": sys.executable,
+                    "gpufleet_slurm_environment": {"SLURM_CONF": str(slurm.Paths(workdir).conf)},
+                }}},
+            },
         }
     }
     header = f"# Simulated fleet {fleet.name} from {fleet.source} (written by gpusim up; removed by gpusim down)\n"
@@ -155,6 +168,7 @@ def _prepare_node(workdir: Path, fleet: spec_mod.Fleet, index: int, binds: dict[
     node.write_wrappers(nd, sys.executable, str(TESTS_DIR))
     node.make_host_key(nd, plan.name)
     node.write_shell_files(nd)
+    node.prepare_disk(nd, plan.name)
     (nd / "ssh" / "sshd_config").write_text(node.sshd_config(
         name=plan.name, address=plan.address, port=fleet.ssh_port, node_dir=nd,
         authorized_keys=workdir / "ssh" / "authorized_keys", slurm_conf=slurm_conf))
@@ -179,6 +193,9 @@ def up(spec_path: str | Path, workdir: Path = DEFAULT_WORKDIR, *, log=print) -> 
     if (workdir / FLEET_FILE).exists():
         raise FleetError(f"a fleet is already up in {workdir}: run gpusim down --workdir {workdir} first")
     fleet = spec_mod.load(spec_path)
+    problem = node.overlay_problem(workdir)
+    if problem:
+        raise FleetError(f"workdir {problem}; choose a workdir elsewhere (--workdir)")
     if os.geteuid() != 0:
         raise FleetError("gpusim up needs root (namespaces, bind mounts, one sshd per node)")
     for tool in ("sshd", "slurmctld", "slurmd", "munged", "unshare"):

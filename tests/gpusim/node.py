@@ -28,6 +28,14 @@ SBIN_TOOLS = {"shutdown", "reboot", "poweroff", "halt", "modprobe", "rmmod", "ls
 # target) it acts as that command.
 SYSTEMCTL_ALIASES = ("shutdown", "reboot", "poweroff", "halt")
 POWER_FILE = "power"  # up | rebooting | down
+# The node's own disk: each of these folders is an overlay of the controller's (lower, read only) with the
+# node's changes (upper) in NODE_DIR/disk/<name>/upper, so what a playbook writes there (facts.d, apt/dpkg holds,
+# modprobe.d, downloads) lands on that node only and survives its reboots. Mounted first at boot, so that the
+# binds that land under them (/var/lib/gpusim, /etc/slurm, root's shell files) go on top.
+OVERLAYS = ("/etc", "/var/lib", "/var/cache", "/var/tmp", "/var/log", "/opt", "/root")
+DISK = "disk"
+# overlayfs option values cannot hold these (',' and ':' separate options and lower layers).
+_OVERLAY_UNSAFE = (",", ":", "\\", "\n")
 
 
 def tool_names() -> tuple[str, ...]:
@@ -81,6 +89,72 @@ def write_shell_files(node_dir: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     for name, text in SHELL_FILES.items():
         (home / name).write_text(text)
+
+
+def overlay_dirs(node_dir: Path, target: str) -> tuple[Path, Path]:
+    """(upper, work) of the node's overlay over target ("/etc" -> NODE_DIR/disk/etc/{upper,work})."""
+    base = node_dir / DISK / target.strip("/").replace("/", "_")
+    return base / "upper", base / "work"
+
+
+def overlay_problem(path: Path) -> str | None:
+    """Why path cannot hold a node's overlay dirs or be reached by the node, or None."""
+    text = str(path)
+    bad = [c for c in _OVERLAY_UNSAFE if c in text]
+    if bad:
+        return f"{text} holds {' '.join(repr(c) for c in bad)}, which overlayfs options cannot carry"
+    for target in OVERLAYS:
+        if text == target or text.startswith(target.rstrip("/") + "/"):
+            return (f"{text} lies under {target}, which every node overlays with its own disk: the node would write "
+                    f"its logs and state into its overlay instead of {text}")
+    return None
+
+
+def copy_submount_files(node_dir: Path, mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Files mounted over paths under the overlaid folders on the controller (a container's /etc/hosts,
+    /etc/resolv.conf, /etc/hostname) are not part of the lower layer: give the node a copy of what the
+    controller sees, once (a reboot keeps the node's own). Returns the paths copied."""
+    copied = []
+    with open(mountinfo) as fh:
+        points = [line.split()[4] for line in fh]
+    for point in points:
+        for target in OVERLAYS:
+            if not point.startswith(target + "/") or not os.path.isfile(point):
+                continue
+            upper, _work = overlay_dirs(node_dir, target)
+            dest = upper / point[len(target) + 1:]
+            if dest.exists():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                dest.write_bytes(Path(point).read_bytes())
+                copied.append(point)
+    return copied
+
+
+def prepare_disk(node_dir: Path, name: str) -> None:
+    """Make the node's overlay dirs and what a real node has of its own in /etc: its hostname and machine-id."""
+    for target in OVERLAYS:
+        for folder in overlay_dirs(node_dir, target):
+            folder.mkdir(parents=True, exist_ok=True)
+    etc, _work = overlay_dirs(node_dir, "/etc")
+    if not (etc / "hostname").exists():
+        (etc / "hostname").write_text(name + "\n")
+    if not (etc / "machine-id").exists():
+        (etc / "machine-id").write_text(os.urandom(16).hex() + "\n")
+    copy_submount_files(node_dir)
+
+
+def overlay_mount_lines(node_dir: Path) -> list[str]:
+    q = shlex.quote
+    lines = []
+    for target in OVERLAYS:
+        upper, work = overlay_dirs(node_dir, target)
+        options = f"lowerdir={target},upperdir={upper},workdir={work}"
+        # A reboot mounts the same upper again: the previous namespace's mount can take a moment to go.
+        lines.append(f"if [ -d {q(target)} ]; then n=0; until mount -t overlay gpusim-disk -o {q(options)} {q(target)}; do "
+                     f"n=$((n+1)); [ $n -lt 50 ] || exit 1; sleep 0.1; done; fi")
+    return lines
 
 
 def bind_targets() -> dict[str, str]:
@@ -142,6 +216,7 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
         "set -eu",
         f"exec >>{nd}/log/boot.log 2>&1",
         'echo "boot $(date +%s)"',
+        *overlay_mount_lines(node_dir),
         f"mount --bind {nd} {NODE_MOUNT}",
         f"mount --bind {nd}/bin /usr/local/bin",
         f"mount --bind {nd}/sbin /usr/local/sbin",

@@ -33,6 +33,7 @@ _NIC_KEYS = {"type", "psid", "part_number", "fw", "count"}
 _GROUP_KEYS = {
     "count", "prefix", "start", "width", "names", "sku", "driver", "kernel_module", "fabricmanager", "vbios", "gpu_firmware",
     "nics", "nic_fw", "kernel", "faults", "timing", "perf", "jobs", "bmc_firmware", "bios",
+    "vars",
 }
 _TOP_KEYS = {"fleet", "timing", "skus", "nodes", "defaults"}
 _DEFAULTS_KEYS = {"kernel", "kernel_module", "driver"}
@@ -44,6 +45,11 @@ _VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
 _FW_BUNDLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _BMC_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _KERNEL_MODULES = ("open", "proprietary")
+# Host variables a node group may set (nodes[i].vars: topology such as rack, nvlink_domain): Ansible variable names,
+# never one the simulator writes itself nor one Ansible reserves.
+_VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_RESERVED_VARS = {"bmc_address", "inventory_hostname", "inventory_hostname_short", "hostvars", "groups", "group_names",
+                  "omit", "play_hosts", "environment", "vars", "gpusim_fleet", "gpusim_workdir"}
 
 
 class SpecError(ValueError):
@@ -59,6 +65,7 @@ class NodePlan:
     cpus: int
     memory_mb: int
     bmc_address: str = ""
+    host_vars: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -251,6 +258,20 @@ def _sku(name: Any, value: Any, models: set[str] | None) -> dict[str, Any]:
     }
 
 
+def _host_vars(value: Any, where: str) -> dict[str, Any]:
+    """nodes[i].vars: {name: value} written as host variables of the group's nodes in the inventory."""
+    result = {}
+    for key, item in _mapping(value, where).items():
+        if not isinstance(key, str) or not _VAR_NAME.fullmatch(key):
+            raise _fail(where, f"{key!r} is not a variable name: lower-case letters, digits and _, not starting with a digit")
+        if key.startswith("ansible_") or key in _RESERVED_VARS:
+            raise _fail(f"{where}.{key}", "is set by the simulator or reserved by Ansible; choose another name")
+        if item is None or not isinstance(item, (str, int, float, bool, list, dict)):
+            raise _fail(f"{where}.{key}", f"must be a string, number, boolean, list or mapping, got {item!r}")
+        result[key] = copy.deepcopy(item)
+    return result
+
+
 def _names(group: dict, where: str) -> list[str]:
     if "names" in group and "count" in group:
         raise _fail(where, "give either names or count (with prefix), not both")
@@ -343,6 +364,7 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
         node_timing = _timing(group.get("timing", {}), timing, f"{where}.timing")
         perf = dict(sku["perf"])
         perf.update(_mapping(group.get("perf", {}), f"{where}.perf"))
+        host_vars = _host_vars(group.get("vars", {}), f"{where}.vars")
         for node_name in _names(group, where):
             if node_name in seen:
                 raise _fail(where, f"node {node_name!r} is already defined in {seen[node_name]}")
@@ -380,7 +402,7 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
             address = f"127.0.{octet}.{1 + index % MAX_NODES_PER_OCTET}"
             bmc_address = f"127.0.{bmc_octet}.{1 + index % MAX_NODES_PER_OCTET}"
             fleet.nodes.append(NodePlan(spec=spec, address=address, cpus=sku["cpus"], memory_mb=sku["memory_mb"],
-                                        bmc_address=bmc_address))
+                                        bmc_address=bmc_address, host_vars=copy.deepcopy(host_vars)))
     if fleet.slurmd_port(len(fleet.nodes)) > 65535:
         raise _fail("fleet.slurm_port", "too high for this many nodes (one slurmd port per node follows it)")
     return fleet

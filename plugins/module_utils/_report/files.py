@@ -124,6 +124,23 @@ def write_if_changed(module, path, content):
     return True
 
 
+def ensure_folder(module, dest, follow_link=True):
+    """Create the folder ``dest`` when missing (not in check mode); ReportFileError when it is something else.
+
+    ``follow_link=False`` also refuses a symbolic link there (a sub-folder the module creates itself, such as
+    ``dest/nodes``, is never a link to elsewhere).
+    """
+    if not follow_link and os.path.islink(dest):
+        raise ReportFileError(f"{dest} is a symbolic link, not the report's own folder: remove it", dest)
+    if os.path.lexists(dest) and not os.path.isdir(dest):
+        raise ReportFileError(f"dest {dest} is not a folder: remove it or choose another dest", dest)
+    if not module.check_mode and not os.path.isdir(dest):
+        try:
+            os.makedirs(dest, exist_ok=True)
+        except OSError as exc:
+            raise ReportFileError(f"cannot create the report folder dest {dest}: {exc}", dest) from exc
+
+
 def write_reports(module, dest, basename, outputs):
     """``outputs``: ``{format: (extension, content)}``. Returns ``(changed, {format: path})``.
 
@@ -135,13 +152,7 @@ def write_reports(module, dest, basename, outputs):
             "choose the folder with dest",
             dest,
         )
-    if os.path.lexists(dest) and not os.path.isdir(dest):
-        raise ReportFileError(f"dest {dest} is not a folder: remove it or choose another dest", dest)
-    if not module.check_mode and not os.path.isdir(dest):
-        try:
-            os.makedirs(dest, exist_ok=True)
-        except OSError as exc:
-            raise ReportFileError(f"cannot create the report folder dest {dest}: {exc}", dest) from exc
+    ensure_folder(module, dest)
     files = {}
     changed = False
     for fmt, (extension, content) in outputs.items():

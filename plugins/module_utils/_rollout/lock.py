@@ -1,0 +1,271 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The rollout lock and phase record on a node: the logic behind the rollout_state module (private).
+
+Invariant 11 of the design: a rollout holds a lock; a second rollout over the same nodes refuses to
+start. The lock is the ``rollout`` section of the node state file (``_state``), changed in one
+load-change-save under the state file's flock (``_state.update``), so two controllers acquiring one
+node at once cannot both win. The section::
+
+    {"id", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at",
+     "phases": [{"name", "start", "end", "status", "detail"}]}
+
+``status`` ``running`` holds the node; ``done`` (finished, with ``result``) and ``released`` free it.
+Times are epoch seconds from the injectable clock (``_rollout.clock``); the heartbeat is refreshed by
+every change, and a lock whose heartbeat is older than ``stale_after`` is stale: reported with its
+owner and age, taken over only with ``break_stale``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import re
+import socket
+
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import clock as _clock
+
+ROLLOUT_ACTIONS = ("acquire", "phase", "finish", "release", "read")
+PHASE_STATUSES = _state.PHASE_STATUSES
+RESULTS = _state.ROLLOUT_RESULTS
+ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+OWNER = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+MAX_DETAIL = 4000
+MAX_PHASES = 200
+MAX_STALE = 366 * 86400
+DEFAULT_STALE = 86400
+
+
+class RolloutStateArgumentError(GpufleetError):
+    """An option of rollout_state that cannot be used (found before the state file is read)."""
+
+
+class LockRefused(GpufleetError):
+    """The node is held by another rollout (or its lock is stale), or this rollout does not hold it."""
+
+
+def check_params(params):
+    """The options, checked; RolloutStateArgumentError names the option and what to give."""
+    options = dict(params)
+    rollout_id = params.get("rollout_id")
+    if not isinstance(rollout_id, str) or not ROLLOUT_ID.fullmatch(rollout_id):
+        raise RolloutStateArgumentError(f"rollout_id {rollout_id!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option="rollout_id")
+    action = params.get("action")
+    if action not in ROLLOUT_ACTIONS:
+        raise RolloutStateArgumentError(f"action must be one of {', '.join(ROLLOUT_ACTIONS)}, got {action!r}", option="action")
+    owner = params.get("owner")
+    if owner is not None and (not OWNER.fullmatch(owner) or not owner.strip()):
+        raise RolloutStateArgumentError(f"owner {owner!r} must be 1 to 256 printable characters on one line (for example alice@ctl-01 job 42)",
+                                        option="owner")
+    if action == "acquire" and owner is None:
+        raise RolloutStateArgumentError("action=acquire needs owner: who runs this rollout (user@controller, a CI job), shown to anyone it blocks",
+                                        option="owner")
+    phase = params.get("phase")
+    if phase is not None and not PHASE_NAME.fullmatch(phase):
+        raise RolloutStateArgumentError(f"phase {phase!r} must be a phase name (lower-case letters, digits and _, for example drain)", option="phase")
+    status = params.get("status")
+    if status is not None and status not in PHASE_STATUSES:
+        raise RolloutStateArgumentError(f"status must be one of {', '.join(PHASE_STATUSES)}, got {status!r}", option="status")
+    if action == "phase" and (phase is None or status is None):
+        raise RolloutStateArgumentError("action=phase needs phase (its name) and status (started, ok, failed or skipped)", option="phase")
+    result = params.get("result")
+    if result is not None and result not in RESULTS:
+        raise RolloutStateArgumentError(f"result must be one of {', '.join(RESULTS)}, got {result!r}", option="result")
+    if action == "finish" and result is None:
+        raise RolloutStateArgumentError(f"action=finish needs result ({', '.join(RESULTS)})", option="result")
+    detail = params.get("detail")
+    if detail is not None and (len(detail) > MAX_DETAIL or "\x00" in detail):
+        raise RolloutStateArgumentError(f"detail must be at most {MAX_DETAIL} characters without NUL", option="detail")
+    wave = params.get("wave")
+    if wave is not None and (isinstance(wave, bool) or not isinstance(wave, int) or wave < 0):
+        raise RolloutStateArgumentError(f"wave must be a whole number of at least 0 (0 is the canary), got {wave!r}", option="wave")
+    stale_after = params.get("stale_after", DEFAULT_STALE)
+    if isinstance(stale_after, bool) or not isinstance(stale_after, int) or not 1 <= stale_after <= MAX_STALE:
+        raise RolloutStateArgumentError(f"stale_after must be a whole number of seconds from 1 to {MAX_STALE}, got {stale_after!r}",
+                                        option="stale_after")
+    options["stale_after"] = stale_after
+    options["break_stale"] = bool(params.get("break_stale"))
+    options["state_file"] = params.get("state_file") or _state.DEFAULT_PATH
+    return options
+
+
+# --- the section ---------------------------------------------------------------------------------------------
+
+
+def _iso(now):
+    return datetime.datetime.fromtimestamp(now, datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def section(doc):
+    """The ``rollout`` section with every key present (a file written before the lock existed has only id and phase)."""
+    rollout = copy.deepcopy(doc.get("rollout") or {})  # a copy to the phases: a diff's before must not change with after
+    for key in ("id", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at"):
+        rollout.setdefault(key, None)
+    rollout["phases"] = list(rollout.get("phases") or [])
+    return rollout
+
+
+def lock_info(rollout, now, stale_after):
+    """``{"held_by", "owner", "age_s", "stale", "phase"}``: who holds the node now (``held_by`` None when free)."""
+    held = rollout.get("status") == "running" and rollout.get("id")
+    since = rollout.get("heartbeat_at") or rollout.get("acquired_at")
+    age = None if since is None else round(max(0.0, now - since), 3)
+    return {
+        "held_by": rollout["id"] if held else None,
+        "owner": rollout.get("owner") if held else None,
+        "age_s": age if held else None,
+        "stale": bool(held and (age is None or age > stale_after)),
+        "phase": rollout.get("phase") if held else None,
+    }
+
+
+def _holder(rollout, info):
+    age = "age unknown" if info["age_s"] is None else f"age {info['age_s']:.0f} s"
+    return f"rollout {rollout['id']} ({rollout.get('owner') or 'owner not recorded'}, {age}, phase {rollout.get('phase') or 'none'})"
+
+
+def _not_held(rollout, rollout_id, node):
+    if rollout["id"] == rollout_id and rollout["status"] == "done":
+        return LockRefused(f"rollout {rollout_id} has finished on node {node} (result {rollout['result']}): nothing more to record; "
+                           "a re-run skips this node", node=node)
+    if rollout["status"] == "running":
+        return LockRefused(f"node {node} is held by rollout {rollout['id']}, not {rollout_id}: acquire it first (action=acquire)", node=node)
+    return LockRefused(f"node {node} is not held by rollout {rollout_id} (it is free): acquire it first (action=acquire)", node=node)
+
+
+def _find(phases, name, open_only):
+    for phase in reversed(phases):
+        if phase["name"] == name and (not open_only or (phase["status"] == "started" and phase.get("end") is None)):
+            return phase
+    return None
+
+
+def _acquire(doc, rollout, options, now, node, warnings):
+    rollout_id = options["rollout_id"]
+    if rollout["id"] == rollout_id:
+        if rollout["status"] == "done":
+            return False  # a finished rollout run again changes nothing
+        rollout.update(owner=options["owner"], status="running", heartbeat_at=now, acquired_at=rollout["acquired_at"] or now)
+    else:
+        info = lock_info(rollout, now, options["stale_after"])
+        if info["held_by"]:
+            if not info["stale"]:
+                raise LockRefused(
+                    f"node {node} is held by {_holder(rollout, info)}; wait for it to finish, or stop it first. A second rollout over the "
+                    "same nodes refuses to start (gpufleet_lock_stale_seconds makes an abandoned lock stale)",
+                    node=node, lock=info,
+                )
+            if not options["break_stale"]:
+                raise LockRefused(
+                    f"node {node} is held by {_holder(rollout, info)}, and that lock is stale (no heartbeat for more than "
+                    f"{options['stale_after']} s): make sure that rollout is no longer running, then rerun with break_stale=true "
+                    "(gpufleet_lock_break_stale) to take the node over",
+                    node=node, lock=info,
+                )
+            warnings.append(f"broke the stale lock of {_holder(rollout, info)} on node {node} (break_stale=true)")
+            _state.append_history(doc, "rollout", "break_stale_lock", before=rollout["id"], after=rollout_id, result="ok", rollout_id=rollout_id,
+                                  details={"owner": rollout.get("owner"), "age_s": info["age_s"], "phase": rollout.get("phase")},
+                                  now=_iso(now))
+        rollout.clear()
+        rollout.update(id=rollout_id, owner=options["owner"], acquired_at=now, heartbeat_at=now, wave=None, phase=None, status="running",
+                       result=None, phases=[], updated_at=None)
+    if options.get("wave") is not None:
+        rollout["wave"] = options["wave"]
+    return True
+
+
+def _phase(rollout, options, now):
+    name, status, detail = options["phase"], options["status"], options.get("detail")
+    phases = rollout["phases"]
+    open_phase = _find(phases, name, open_only=True)
+    if status == "started":
+        if open_phase is None:
+            phases.append({"name": name, "start": now, "end": None, "status": "started", "detail": detail})
+        elif detail is not None:
+            open_phase["detail"] = detail
+    elif open_phase is not None:
+        open_phase.update(end=now, status=status, detail=detail if detail is not None else open_phase.get("detail"))
+    else:
+        last = _find(phases, name, open_only=False)
+        if last is not None and last["status"] == status and (detail is None or last.get("detail") == detail) and rollout["phase"] == name:
+            return False  # closed already, as asked: a re-run records nothing twice
+        phases.append({"name": name, "start": now, "end": now, "status": status, "detail": detail})
+    del phases[: max(0, len(phases) - MAX_PHASES)]
+    rollout["phase"] = name
+    rollout["heartbeat_at"] = now
+    if options.get("wave") is not None:
+        rollout["wave"] = options["wave"]
+    return True
+
+
+def apply(doc, options, now, node, warnings):
+    """Change ``doc`` for the action (``_state.update``'s change function); True when it changed. LockRefused when refused."""
+    rollout = section(doc)
+    before = section(doc)
+    action, rollout_id = options["action"], options["rollout_id"]
+    changed = False
+    if action == "acquire":
+        changed = _acquire(doc, rollout, options, now, node, warnings)
+    elif action == "phase":
+        if rollout["id"] != rollout_id or rollout["status"] != "running":
+            raise _not_held(rollout, rollout_id, node)
+        changed = _phase(rollout, options, now)
+    elif action == "finish":
+        if rollout["id"] != rollout_id:
+            raise _not_held(rollout, rollout_id, node)
+        if rollout["status"] != "done" or rollout["result"] != options["result"]:
+            rollout.update(status="done", result=options["result"], heartbeat_at=now)
+            _state.append_history(doc, "rollout", "finish", after=options["result"], result="ok", rollout_id=rollout_id, now=_iso(now),
+                                  details={"phases": len(rollout["phases"]), "wave": rollout["wave"]})
+            changed = True
+    elif action == "release":
+        if rollout["id"] == rollout_id and rollout["status"] == "running":
+            rollout.update(status="released", heartbeat_at=now)
+            changed = True
+        elif rollout["status"] == "running":
+            warnings.append(f"node {node} is held by rollout {rollout['id']}, not {rollout_id}: its lock is left as it is")
+    if changed and rollout != before:
+        rollout["updated_at"] = _iso(now)
+        doc["rollout"] = rollout
+        return True
+    return False
+
+
+def node_name():
+    return socket.gethostname().split(".")[0]
+
+
+def run(params, check_mode=False, clock=None, node=None):
+    """Do the action on the state file: the module's result (``changed``, ``rollout``, ``lock``, ``diff``, ``warnings_text``)."""
+    options = check_params(params)
+    now = _clock.get(clock).now()
+    node = node or node_name()
+    path = options["state_file"]
+    warnings = []
+    seen = {}
+
+    def change(doc):
+        seen["before"] = section(doc)
+        changed = apply(doc, options, now, node, warnings)
+        seen["after"] = section(doc)
+        return changed
+
+    if check_mode or options["action"] == "read":
+        doc = _state.load(path)
+        changed = change(copy.deepcopy(doc))
+    else:
+        changed, _doc = _state.update(path, change, purpose=f"rollout_state {options['action']} for rollout {options['rollout_id']}")
+    after = seen["after"]
+    return {
+        "changed": changed,
+        "rollout": after,
+        "lock": lock_info(after, now, options["stale_after"]),
+        "diff": {"before": seen["before"], "after": after},
+        "warnings_text": warnings,
+        "state_file": path,
+    }

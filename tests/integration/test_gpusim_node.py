@@ -1,0 +1,154 @@
+"""The simulator lets a node be a node: its own disk, Slurm that sees its reboots, resume, upgrade faults.
+
+Real sshd, real Ansible, real Slurm (tests/gpusim/specs/node-3.yml: 127.0.21.x, slurmctld on 18100).
+Needs root and tests/gpusim/install-deps.sh. Run:
+    .venv/bin/python -m pytest tests/integration/test_gpusim_node.py -m integration -q -p no:cacheprovider
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import time
+import uuid
+
+import pytest
+import yaml
+from fleet import TESTS, Fleet, fleet_up, needs_fleet
+from fleet import run as fleet_run
+
+SPEC = TESTS / "gpusim" / "specs" / "node-3.yml"
+# A package the controller has installed (the dpkg database the nodes' overlays start from).
+HOLD_PACKAGE = "openssh-server"
+
+pytestmark = needs_fleet()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    with fleet_up(SPEC, tmp_path_factory.mktemp("gpusim") / "fleet", timeout=180) as workdir:
+        yield Fleet(workdir)
+
+
+def controller_selection(package: str) -> str:
+    done = subprocess.run(["dpkg", "--get-selections", package], capture_output=True, text=True, check=False)
+    return done.stdout.split()[-1] if done.stdout.split() else ""
+
+
+def node_selection(fleet: Fleet, name: str, package: str) -> str:
+    return fleet.ssh_ok(name, f"dpkg --get-selections {package}").split()[-1]
+
+
+def reboot(fleet: Fleet, name: str) -> None:
+    """ansible.builtin.reboot of one node, as the roles reboot."""
+    done = fleet.ansible(name, "-m", "ansible.builtin.reboot", "-a", "reboot_timeout=60", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- P1: every node its own /etc, /var/lib... ----------------------------------------------------------
+
+def test_a_fact_file_written_on_one_node_is_on_that_node_only_and_survives_its_reboot(fleet):
+    marker = uuid.uuid4().hex
+    fact = f"/etc/ansible/facts.d/gpusim-{marker}.fact"
+    done = fleet.module("ansible.builtin.copy", "node-01", {"dest": fact, "content": json.dumps({"marker": marker}),
+                                                            "mode": "0644"})
+    assert done["node-01"]["changed"] is True, done
+    assert not pathlib.Path(fact).exists(), "the node wrote the controller's /etc"
+    assert fleet.ssh("node-02", f"test -e {fact}").returncode == 1
+    facts = fleet.module("ansible.builtin.setup", "node-01,node-02", {"gather_subset": ["!all", "!min", "local"]})
+    assert facts["node-01"]["ansible_facts"]["ansible_local"][f"gpusim-{marker}"] == {"marker": marker}
+    assert f"gpusim-{marker}" not in facts["node-02"]["ansible_facts"].get("ansible_local", {})
+
+    boot_id = fleet.ssh_ok("node-01", "cat /proc/sys/kernel/random/boot_id")
+    reboot(fleet, "node-01")
+    assert fleet.ssh_ok("node-01", "cat /proc/sys/kernel/random/boot_id") != boot_id
+    assert json.loads(fleet.ssh_ok("node-01", f"cat {fact}")) == {"marker": marker}  # its disk
+    assert not pathlib.Path(fact).exists()
+
+
+def test_a_package_hold_is_the_nodes_own_and_survives_its_reboot(fleet):
+    """dpkg_selections (what nvidia_driver's kernel hold runs) on one node: the other node and the controller keep theirs."""
+    assert controller_selection(HOLD_PACKAGE) == "install"
+    try:
+        done = fleet.module("ansible.builtin.dpkg_selections", "node-02", {"name": HOLD_PACKAGE, "selection": "hold"})
+        assert done["node-02"]["changed"] is True, done
+        assert node_selection(fleet, "node-02", HOLD_PACKAGE) == "hold"
+        assert node_selection(fleet, "node-03", HOLD_PACKAGE) == "install"
+        assert controller_selection(HOLD_PACKAGE) == "install"
+        # The simulated apt-mark (NVIDIA's packages, in the node's state) is per node too.
+        fleet.ssh_ok("node-02", "apt-mark hold nvidia-fabricmanager-570")
+        assert fleet.ssh_ok("node-02", "apt-mark showhold").split() == ["nvidia-fabricmanager-570"]
+        assert fleet.ssh_ok("node-03", "apt-mark showhold").split() == []
+        reboot(fleet, "node-02")
+        assert node_selection(fleet, "node-02", HOLD_PACKAGE) == "hold"
+        again = fleet.module("ansible.builtin.dpkg_selections", "node-02", {"name": HOLD_PACKAGE, "selection": "hold"})
+        assert again["node-02"]["changed"] is False
+    finally:
+        if controller_selection(HOLD_PACKAGE) == "hold":  # only if the node wrote through to the controller
+            subprocess.run(["dpkg", "--set-selections"], input=f"{HOLD_PACKAGE} install\n", text=True, check=False)
+
+
+def test_modprobe_apt_and_download_folders_are_the_nodes_own(fleet):
+    marker = uuid.uuid4().hex
+    paths = [f"/etc/modprobe.d/gpusim-{marker}.conf", f"/etc/apt/apt.conf.d/51gpusim-{marker}",
+             f"/var/cache/gpufleet/nic/gpusim-{marker}.bin", f"/var/tmp/gpusim-{marker}", f"/opt/gpusim-{marker}",
+             f"/var/lib/gpusim-{marker}", f"/root/gpusim-{marker}", f"/var/log/gpusim-{marker}.log"]
+    fleet.ssh_ok("node-03", " && ".join(f"mkdir -p {pathlib.Path(p).parent} && echo {marker} > {p}" for p in paths))
+    for path in paths:
+        assert not pathlib.Path(path).exists(), f"{path}: the node wrote on the controller"
+        assert fleet.ssh("node-01", f"test -e {path}").returncode == 1, f"{path}: seen on another node"
+        assert fleet.ssh_ok("node-03", f"cat {path}").strip() == marker
+    # The controller's files stay readable on the node (the overlay's lower layer), unchanged by it.
+    assert fleet.ssh_ok("node-03", "cat /etc/os-release") == pathlib.Path("/etc/os-release").read_text()
+
+
+def test_a_node_has_its_own_hostname_and_machine_id_files(fleet):
+    ids = set()
+    for name in ("node-01", "node-02", "node-03"):
+        hostname, machine_id = fleet.ssh_ok(name, "cat /etc/hostname /etc/machine-id").split()
+        assert hostname == name
+        ids.add(machine_id)
+    assert len(ids) == 3
+    assert pathlib.Path("/etc/hostname").read_text().strip() not in {"node-01", "node-02", "node-03"}
+
+
+def test_the_simulators_own_mounts_sit_on_top_of_the_overlays(fleet):
+    """/var/lib/gpusim is the node's folder and /etc/slurm the fleet's config, although /var/lib and /etc are overlays."""
+    out = fleet.ssh_ok("node-01", "cat /var/lib/gpusim/node.json; echo; grep -c NodeName= /etc/slurm/slurm.conf")
+    record, count = out.rsplit("\n", 2)[0], out.split()[-1]
+    assert json.loads(record)["name"] == "node-01"
+    assert count == "3"
+    mounts = fleet.ssh_ok("node-01", "cat /proc/self/mountinfo")
+    types = {line.split()[4]: line.split(" - ")[1].split()[0] for line in mounts.splitlines()}
+    assert types["/etc"] == "overlay" and types["/var/lib"] == "overlay"
+    assert "/var/lib/gpusim" in types and "/etc/slurm" in types
+
+
+def test_slurm_client_runs_slurm_on_the_controller_with_the_fleets_config(fleet, tmp_path):
+    playbook = tmp_path / "client.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "slurm_clients", "gather_facts": False,
+        "environment": "{{ gpufleet_slurm_environment }}",
+        "tasks": [{"name": "ask Slurm", "ansible.builtin.command": "scontrol show node node-03", "register": "out",
+                   "changed_when": False},
+                  {"ansible.builtin.debug": {"msg": "ANSWER {{ out.stdout.split()[0] }} {{ rack_of_node_03 }}"},
+                   "vars": {"rack_of_node_03": "{{ hostvars['node-03'].rack }}"}}],
+    }]))
+    done = fleet.ansible_playbook(playbook)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ANSWER NodeName=node-03 r2" in done.stdout
+    listed = fleet_run([str(TESTS.parent / ".venv" / "bin" / "ansible-inventory"), "-i", str(fleet.inventory), "--graph", "gpu"],
+                       timeout=60)
+    assert "node-01" in listed.stdout and "slurmctl" not in listed.stdout
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not within {timeout}s (last: {value!r})")
+        time.sleep(interval)
