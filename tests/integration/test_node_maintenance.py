@@ -2,8 +2,8 @@
 
 Brings up tests/fixtures/maintenance/fleet-maint.yml (job-01 and slow-01 run a sleep job, idle-01 and pre-01
 are idle) once for the file and runs the role's entry points with ansible-playbook over SSH, as the rollout
-does: Slurm commands run on the Slurm client `slurmctl` (group slurm_clients, a local connection on the
-controller with the fleet's SLURM_CONF), the reboot's checks on the node. Slurm's view is read with scontrol
+does: Slurm commands run on the Slurm client `slurmctl` (the simulator's group slurm_clients, a local connection
+on the controller with the fleet's SLURM_CONF), the reboot's checks on the node. Slurm's view is read with scontrol
 on the controller. Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
     .venv/bin/python -m pytest tests/integration/test_node_maintenance.py -m integration -q
 """
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
-import yaml
 from fleet import TESTS, ansible_env, fleet_up, json_doc, needs_fleet
 from fleet import Fleet as BaseFleet
 
@@ -56,19 +54,12 @@ class Fleet(BaseFleet):
         super().__init__(workdir)
         self.playbook = workdir / "maint-play.yml"
         self.playbook.write_text(PLAYBOOK)
-        # The Slurm client the rollout delegates to: slurmctl, a local connection on the controller.
-        self.clients = workdir / "slurm-clients.yml"
-        self.clients.write_text(yaml.safe_dump({"slurm_clients": {"hosts": {"slurmctl": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "gpufleet_slurm_environment": {"SLURM_CONF": self.slurm_env["SLURM_CONF"]},
-        }}}}))
 
     def role(self, target: str, entry: str, check: bool = False, **extra) -> tuple[subprocess.CompletedProcess, dict]:
         """ansible-playbook the entry point on target -> (process, json document)."""
         variables = {"target": target, "entry": entry, "gpufleet_rollout_id": ROLLOUT, "gpufleet_maintenance_reason": REASON,
                      "node_maintenance_poll_interval": 1, **extra}
-        proc = self.ansible_playbook(self.playbook, "-i", str(self.clients), "-e", json.dumps(variables), *(["--check"] if check else []),
+        proc = self.ansible_playbook(self.playbook, "-e", json.dumps(variables), *(["--check"] if check else []),
                                      timeout=600, env=ansible_env(json_output=True))
         return proc, json_doc(proc)
 
@@ -224,6 +215,7 @@ def test_reboot_through_slurm_from_the_slurm_client_then_resume(fleet):
     request = next(t["hosts"]["idle-01"] for t in doc["plays"][0]["tasks"] if "Ask Slurm to reboot" in t["task"]["name"])
     assert request["changed"] is True, request
     # Asked from slurmctl: the module did not run on the node it rebooted (it warns when it does).
+    assert request["_ansible_delegated_vars"]["ansible_host"] == "slurmctl", request
     assert not any("asked Slurm to reboot itself" in w for w in request.get("warnings", [])), request
     facts = fleet.facts(doc, "idle-01")
     assert facts["rebooted"] is True
