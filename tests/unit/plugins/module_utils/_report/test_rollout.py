@@ -64,7 +64,8 @@ def test_markdown_says_what_happened(report):
     md = rollout.render_markdown(report)
     assert "**24 nodes: 21 upgraded, 1 rolled back, 1 failed and left drained, 1 skipped.**" in md
     assert "- **run by**: alice@ctl-01 job 42" in md
-    assert "- **failure budget**: 2 of 1 failed nodes used — exceeded: the rollout stopped" in md
+    assert "- **failure budget**: 2 nodes failed, 1 allowed: exceeded" in md
+    assert "- **unavailable budget**: 2 nodes (10%)" in md
     assert "- **stop file**: /var/tmp/gpufleet.stop is present: no new node was started; remove it and run the playbook again to resume" in md
     assert "- **stopped**: failure budget exceeded after wave 2" in md
     assert "- **ticket**: CHG-1234" in md

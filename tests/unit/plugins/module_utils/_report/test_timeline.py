@@ -131,3 +131,13 @@ def test_no_phase_at_all_says_so():
         record["phases"] = []
         record["result"] = "not_started"
     assert "nothing to draw" in timeline.render_timeline(rollout.build_report(records, RID, plan=plan))
+
+
+def test_wave_lines_lie_under_bars_and_text_and_over_the_row_stripes():
+    svg, _axis = chart_of(build(rollback=("gpu-07",)))
+    order = list(svg)
+    kinds = ["line" if e.get("class") == "wave-boundary" else "stripe" if e.get("fill") in ("#f6f6f6", "#eef1f6") else
+             "bar" if "phase" in (e.get("class") or "") else "text" if e.tag == SVG + "text" else "other" for e in order]
+    first_line, last_line = kinds.index("line"), len(kinds) - 1 - kinds[::-1].index("line")
+    assert "stripe" not in kinds[first_line:] and "bar" not in kinds[:last_line]
+    assert all(k != "text" for k in kinds[:last_line])
