@@ -95,7 +95,7 @@ def test_formats_subset(tmp_path, run_module):
         (lambda r: r[5].update(wave="1"), "gpu-06", "wave"),
         (lambda r: r[0]["phases"][0].update(start=float("nan")), "gpu-01", "phases[0].start"),
         (lambda r: r[0]["phases"][0].update(start=float("inf")), "gpu-01", "phases[0].start"),
-        (lambda r: r[1].update(bmc_url="x"), "gpu-02", "the record"),
+        (lambda r: r[1].update(bmc_url="x"), "gpu-02", "bmc_url"),
         (lambda r: r[1].update(rollout_id="r-other"), "gpu-02", "rollout_id"),
     ],
 )
