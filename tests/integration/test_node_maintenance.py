@@ -2,8 +2,8 @@
 
 Brings up tests/fixtures/maintenance/fleet-maint.yml (job-01 and slow-01 run a sleep job, idle-01 and pre-01
 are idle) once for the file and runs the role's entry points with ansible-playbook over SSH, as the rollout
-does: Slurm commands run on the Slurm client `slurmctl` (group slurm_clients, a local connection on the
-controller with the fleet's SLURM_CONF), the reboot's checks on the node. Slurm's view is read with scontrol
+does: Slurm commands run on the Slurm client `slurmctl` (the simulator's group slurm_clients, a local connection
+on the controller with the fleet's SLURM_CONF), the reboot's checks on the node. Slurm's view is read with scontrol
 on the controller. Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
     .venv/bin/python -m pytest tests/integration/test_node_maintenance.py -m integration -q
 """
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
-import yaml
 from fleet import TESTS, ansible_env, fleet_up, json_doc, needs_fleet
 from fleet import Fleet as BaseFleet
 
@@ -56,19 +54,12 @@ class Fleet(BaseFleet):
         super().__init__(workdir)
         self.playbook = workdir / "maint-play.yml"
         self.playbook.write_text(PLAYBOOK)
-        # The Slurm client the rollout delegates to: slurmctl, a local connection on the controller.
-        self.clients = workdir / "slurm-clients.yml"
-        self.clients.write_text(yaml.safe_dump({"slurm_clients": {"hosts": {"slurmctl": {
-            "ansible_connection": "local",
-            "ansible_python_interpreter": sys.executable,
-            "gpufleet_slurm_environment": {"SLURM_CONF": self.slurm_env["SLURM_CONF"]},
-        }}}}))
 
-    def role(self, target: str, entry: str, **extra) -> tuple[subprocess.CompletedProcess, dict]:
+    def role(self, target: str, entry: str, check: bool = False, **extra) -> tuple[subprocess.CompletedProcess, dict]:
         """ansible-playbook the entry point on target -> (process, json document)."""
         variables = {"target": target, "entry": entry, "gpufleet_rollout_id": ROLLOUT, "gpufleet_maintenance_reason": REASON,
                      "node_maintenance_poll_interval": 1, **extra}
-        proc = self.ansible_playbook(self.playbook, "-i", str(self.clients), "-e", json.dumps(variables),
+        proc = self.ansible_playbook(self.playbook, "-e", json.dumps(variables), *(["--check"] if check else []),
                                      timeout=600, env=ansible_env(json_output=True))
         return proc, json_doc(proc)
 
@@ -87,6 +78,17 @@ class Fleet(BaseFleet):
         state = next(w.split("=", 1)[1] for w in line.split() if w.startswith("State="))
         reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
         return state, reason
+
+    def submit_job(self, name: str) -> str:
+        done = subprocess.run(["sbatch", "--parsable", "-w", name, "-J", f"user-{name}", "-o", "/dev/null", "-D", "/tmp", "--wrap", "sleep 3600"],
+                              env=self.slurm_env, capture_output=True, text=True, timeout=30, check=True)
+        job = done.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 60
+        while job not in self.running_jobs(name):
+            if time.monotonic() > deadline:
+                pytest.fail(f"job {job} did not start on {name}")
+            time.sleep(0.3)
+        return job
 
     def running_jobs(self, name: str) -> list[str]:
         done = subprocess.run(["squeue", "-h", "-w", name, "-t", "R", "-o", "%i"], env=self.slurm_env, capture_output=True,
@@ -162,6 +164,16 @@ def test_node_drained_by_someone_else_is_skipped_and_keeps_its_drain_and_reason(
         fleet.wait_state("pre-01", lambda s: s == "IDLE")
 
 
+def test_check_mode_predicts_the_drain_and_changes_nothing(fleet):
+    job = fleet.running_jobs("slow-01")
+    proc, doc = fleet.role("slow-01", "drain", check=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    drain = next(t["hosts"]["slow-01"] for t in doc["plays"][0]["tasks"] if "Drain the node with our reason" in t["task"]["name"])
+    assert drain["changed"] is True and drain["diff"]["after"] == {"state": "MIXED+DRAIN", "reason": OURS}
+    assert fleet.node("slow-01") == ("MIXED", None)
+    assert fleet.running_jobs("slow-01") == job
+
+
 def test_drain_timeout_with_skip_resumes_our_drain_and_leaves_their_job_running(fleet):
     job = fleet.running_jobs("slow-01")
     assert len(job) == 1
@@ -189,7 +201,7 @@ def test_drain_timeout_with_stop_fails_the_host_and_keeps_the_job(fleet):
         assert fleet.node("slow-01") == ("MIXED+DRAIN", OURS)  # the drain stays, as the message says
         assert fleet.running_jobs("slow-01") == job
     finally:
-        proc, _ = fleet.role("slow-01", "resume")
+        proc = fleet.role("slow-01", "resume")[0]
         assert proc.returncode == 0, proc.stdout[-3000:]
         fleet.wait_state("slow-01", lambda s: s == "MIXED")
 
@@ -203,6 +215,7 @@ def test_reboot_through_slurm_from_the_slurm_client_then_resume(fleet):
     request = next(t["hosts"]["idle-01"] for t in doc["plays"][0]["tasks"] if "Ask Slurm to reboot" in t["task"]["name"])
     assert request["changed"] is True, request
     # Asked from slurmctl: the module did not run on the node it rebooted (it warns when it does).
+    assert request["_ansible_delegated_vars"]["ansible_host"] == "slurmctl", request
     assert not any("asked Slurm to reboot itself" in w for w in request.get("warnings", [])), request
     facts = fleet.facts(doc, "idle-01")
     assert facts["rebooted"] is True
@@ -213,3 +226,39 @@ def test_reboot_through_slurm_from_the_slurm_client_then_resume(fleet):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.facts(doc, "idle-01")["resumed"] is True
     assert fleet.wait_state("idle-01", lambda s: s == "IDLE") == "IDLE"
+
+
+def test_kill_jobs_cancels_the_jobs_that_held_the_drain(fleet):
+    # Dangerous, and only on request: gpufleet_drain_kill_jobs.
+    fleet.submit_job("job-01")
+    jobs = fleet.running_jobs("job-01")  # with the spec's own job when the first test did not end it
+    proc, doc = fleet.role("job-01", "drain", gpufleet_drain_timeout=3, gpufleet_drain_kill_jobs=True, node_maintenance_kill_wait_timeout=60)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    facts = fleet.facts(doc, "job-01")
+    assert facts["drained"] is True and facts["skip"] is False, facts
+    cancel = next(t["hosts"]["job-01"] for t in doc["plays"][0]["tasks"] if "Cancel the jobs still running" in t["task"]["name"])
+    assert cancel["cmd"][0] == "scancel" and sorted(cancel["cmd"][1:]) == sorted(jobs), cancel
+    assert fleet.running_jobs("job-01") == []
+    assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
+    proc = fleet.role("job-01", "resume")[0]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    fleet.wait_state("job-01", lambda s: s == "IDLE")
+
+
+def test_reboot_without_a_slurm_client_asks_from_the_node_itself(fleet):
+    # No Slurm client: the node runs scontrol itself, and its reboot may cut the request's connection (accepted,
+    # as ansible.builtin.reboot does); the new boot id and Slurm's ': reboot complete' prove it rebooted.
+    alone = {"gpufleet_slurm_client": ""}
+    proc = fleet.role("pre-01", "drain", **alone)[0]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.node("pre-01") == ("IDLE+DRAIN", OURS)
+    proc, doc = fleet.role("pre-01", "reboot", gpufleet_reboot_timeout=180, **alone)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    request = next(t["hosts"]["pre-01"] for t in doc["plays"][0]["tasks"] if "Ask Slurm to reboot" in t["task"]["name"])
+    assert request.get("unreachable") or any("asked Slurm to reboot itself" in w for w in request.get("warnings", [])), request
+    facts = fleet.facts(doc, "pre-01")
+    assert facts["rebooted"] is True and facts["boot_id"]["before"] != facts["boot_id"]["after"]
+    assert fleet.node("pre-01") == ("DOWN", f"{OURS} : reboot issued : reboot complete")
+    proc = fleet.role("pre-01", "resume", **alone)[0]
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.wait_state("pre-01", lambda s: s == "IDLE") == "IDLE"

@@ -4,7 +4,8 @@ Invariant 1: never more nodes unavailable than max_unavailable, counting the one
 Nodes are drained, set DOWN or left out of Slurm "by someone else" with scontrol on the controller;
 the module runs on the controller (a Slurm client, the fleet's SLURM_CONF), as the rollout runs it
 delegated to gpufleet_slurm_client, and must refuse, wait, and admit once a node is resumed during
-its wait. Run:
+its wait. The same fleet's nodes also run rollout_state over real SSH: the lock four ways, a second
+rollout refused, and two controllers acquiring one node at once (one wins). Run:
     .venv/bin/python -m pytest tests/integration/test_slurm_capacity.py -m integration -q
 """
 
@@ -169,3 +170,64 @@ def test_a_wait_that_finds_no_capacity_ends_and_refuses(clean):
     assert result["waited_s"] >= 3 and result["samples"] >= 3
     assert "after waiting 3 s" in result["msg"]
     assert {e["node"] for e in result["unavailable"]} == {"cap-04", "cap-05"}
+
+
+# --- the rollout lock on the same fleet's nodes (rollout_state over real SSH and Ansible) ---------------------------
+
+
+def lock(fleet: CapacityFleet, node: str, args: dict, *, check: bool = False) -> dict:
+    return fleet.module("gpufleet.lifecycle.rollout_state", node, args, check=check, diff=True, timeout=120)[node]
+
+
+@pytest.fixture
+def state(fleet):
+    """A state file path of its own on the nodes (removed afterwards)."""
+    folder = f"/var/tmp/gpufleet-it-lock-{time.time_ns()}"
+    yield f"{folder}/gpufleet.fact"
+    for node in ("cap-01", "cap-02"):
+        fleet.ssh(node, f"rm -rf {folder}")
+
+
+def test_rollout_lock_four_ways_and_a_second_rollout_refused(fleet, state):
+    take = {"rollout_id": "it-a", "action": "acquire", "owner": "it@controller", "wave": 1, "state_file": state}
+    check = lock(fleet, "cap-01", take, check=True)
+    assert check["changed"] is True and check["rollout"]["status"] == "running", check
+    assert fleet.ssh("cap-01", f"test -e {state}").returncode != 0  # check mode wrote nothing
+    real = lock(fleet, "cap-01", take)
+    assert real["changed"] is True and real["lock"]["held_by"] == "it-a"
+    assert real["diff"]["before"]["id"] is None and real["diff"]["after"]["id"] == "it-a"
+    written = json.loads(fleet.ssh_ok("cap-01", f"cat {state}"))
+    assert written["rollout"]["owner"] == "it@controller" and written["rollout"]["status"] == "running"
+
+    other = dict(take, rollout_id="it-b", owner="someone@else")
+    for checking in (True, False):
+        refused = lock(fleet, "cap-01", other, check=checking)
+        assert refused["failed"] is True
+        assert refused["msg"].startswith("node cap-01 is held by rollout it-a (it@controller, age ")
+    assert json.loads(fleet.ssh_ok("cap-01", f"cat {state}")) == written
+
+    lock(fleet, "cap-01", {"rollout_id": "it-a", "action": "phase", "phase": "drain", "status": "started", "state_file": state})
+    closed = lock(fleet, "cap-01", {"rollout_id": "it-a", "action": "phase", "phase": "drain", "status": "ok", "state_file": state})
+    assert [(p["name"], p["status"]) for p in closed["rollout"]["phases"]] == [("drain", "ok")]
+    finish = {"rollout_id": "it-a", "action": "finish", "result": "upgraded", "state_file": state}
+    assert lock(fleet, "cap-01", finish)["changed"] is True
+    for checking in (False, True):  # idempotent, and a finished rollout acquired again changes nothing
+        assert lock(fleet, "cap-01", finish, check=checking)["changed"] is False
+        assert lock(fleet, "cap-01", take, check=checking)["changed"] is False
+
+
+def test_two_controllers_acquiring_one_node_at_once_one_wins(fleet, state):
+    procs = []
+    for rollout in ("it-x", "it-y"):
+        args = {"rollout_id": rollout, "action": "acquire", "owner": f"{rollout}@controller", "state_file": state}
+        cmd = [str(ANSIBLE), "cap-02", "-i", str(fleet.inventory), "-m", "gpufleet.lifecycle.rollout_state", "-a", json.dumps(args)]
+        procs.append(subprocess.Popen(cmd, env=ansible_env(json_output=True), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for proc in procs:
+        out, _err = proc.communicate(timeout=180)
+        results.append(json.loads(out)["plays"][0]["tasks"][0]["hosts"]["cap-02"])
+    won = [r for r in results if not r.get("failed")]
+    refused = [r for r in results if r.get("failed")]
+    assert len(won) == 1 and len(refused) == 1, results
+    assert f"is held by rollout {won[0]['rollout']['id']}" in refused[0]["msg"]
+    assert json.loads(fleet.ssh_ok("cap-02", f"cat {state}"))["rollout"]["id"] == won[0]["rollout"]["id"]

@@ -288,10 +288,16 @@ def headline(summary):
 
 
 def budget_text(summary):
-    if summary["failure_budget"] is None:
-        return f"{summary['failed']} failed nodes (no failure budget given)"
-    text = f"{summary['failed']} of {summary['failure_budget']} failed nodes used"
-    return text + " — exceeded: the rollout stopped" if summary["failure_budget_exceeded"] else text
+    failed, budget = summary["failed"], summary["failure_budget"]
+    if budget is None:
+        return f"{_nodes(failed)} failed (no failure budget given)"
+    if summary["failure_budget_exceeded"]:
+        return f"{_nodes(failed)} failed, {budget} allowed: exceeded"
+    return f"{_nodes(failed)} failed of {budget} allowed"
+
+
+def _nodes(count):
+    return f"{count} node" if count == 1 else f"{count} nodes"
 
 
 def stop_file_text(summary):
@@ -310,7 +316,7 @@ def unavailable_text(summary):
         return "not given"
     if budget is None:
         return str(spec)
-    return f"{budget} nodes" + (f" ({spec})" if spec is not None and str(spec) != str(budget) else "")
+    return _nodes(budget) + (f" ({spec})" if spec is not None and str(spec) != str(budget) else "")
 
 
 def waves_text(report):

@@ -60,14 +60,16 @@ class _Checker:
         raise RecordError(f"{self.where}: {field} {what}: {fix}", node=self.node, field=field)
 
     def keys(self, value, spec, field):
+        """``field`` is a mapping with the keys of ``spec`` (True: required); the error names the first bad key as the field."""
         if not isinstance(value, dict):
             self.fail(field, f"must be a mapping, not {type(value).__name__}")
+        prefix = "" if field == "the record" else field + "."
         unknown = sorted(str(k) for k in value if k not in spec)
         if unknown:
-            self.fail(field, "has unknown keys {} (allowed: {})".format(", ".join(unknown), ", ".join(spec)))
+            self.fail(prefix + unknown[0], "is not a field of {} (unknown: {}; allowed: {})".format(field, ", ".join(unknown), ", ".join(spec)))
         missing = [k for k, required in spec.items() if required and k not in value]
         if missing:
-            self.fail(field, "lacks {}".format(", ".join(missing)))
+            self.fail(prefix + missing[0], "is missing from {} (required: {})".format(field, ", ".join(k for k, r in spec.items() if r)))
 
     def text(self, value, field, optional=True):
         if value is None and optional:

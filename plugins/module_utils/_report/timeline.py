@@ -115,30 +115,34 @@ def render_timeline(report):
     for tick in ticks:
         x = x_of(t0 + tick)
         chart.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height}" stroke="#e4e4e4"/>')
-    rows = []
+    backgrounds, rows = [], []  # drawn in that order, with the wave lines between: lines over the stripes, under bars and text
     boundaries = []
     y = 0
     index = 0
     for wave in report["waves"]:
         members = by_wave[wave["wave"]]
         group_y = y
-        rows.append(f'<rect x="0" y="{y}" width="{WIDTH}" height="{GROUP_H}" fill="#eef1f6"/>')
+        backgrounds.append(f'<rect x="0" y="{y}" width="{WIDTH}" height="{GROUP_H}" fill="#eef1f6"/>')
         rows.append(f'<text x="4" y="{y + 14}" {_FONT} font-weight="bold" fill="#222">{esc(wave["label"])} ({len(members)})</text>')
         if wave["start"] is not None:
             bx = x_of(wave["start"])
             boundaries.append((bx, group_y, wave))
         y += GROUP_H
         for node in members:
-            rows.append(_row(node, y, index, x_of, t0, summary["ended_epoch"]))
+            if index % 2:
+                backgrounds.append(f'<rect x="0" y="{y}" width="{WIDTH}" height="{ROW_H}" fill="#f6f6f6"/>')
+            rows.append(_row(node, y, x_of, summary["ended_epoch"]))
             y += ROW_H
             index += 1
+    chart.extend(backgrounds)
+    for bx, group_y, _wave in boundaries:
+        chart.append(f'<line class="wave-boundary" x1="{bx:.1f}" y1="{group_y}" x2="{bx:.1f}" y2="{height}" stroke="#333" '
+                     'stroke-width="1.2" stroke-dasharray="5,3"/>')
     chart.extend(rows)
     for bx, group_y, wave in boundaries:
         right = bx > LABEL_W + PLOT_W * 0.7
         label = "{} starts, {}".format(wave["label"], _minutes(wave["start"] - t0))
         tx, anchor = (bx - 4, "end") if right else (bx + 4, "start")
-        chart.append(f'<line class="wave-boundary" x1="{bx:.1f}" y1="{group_y}" x2="{bx:.1f}" y2="{height}" stroke="#333" '
-                     'stroke-width="1.2" stroke-dasharray="5,3"/>')
         chart.append(f'<text x="{tx:.1f}" y="{group_y + 14}" text-anchor="{anchor}" {_FONT} fill="#333">{esc(label)}</text>')
     chart.append("</svg>")
 
@@ -158,11 +162,9 @@ def render_timeline(report):
     return "\n".join(legend) + "\n" + box
 
 
-def _row(node, y, index, x_of, t0, t_end):
+def _row(node, y, x_of, t_end):
     esc = html.escape
     parts = []
-    if index % 2:
-        parts.append(f'<rect x="0" y="{y}" width="{WIDTH}" height="{ROW_H}" fill="#f6f6f6"/>')
     tip = "{}: {}{}".format(node["node"], node["result"].replace("_", " "), " — " + node["reason"] if node["reason"] else "")
     parts.append(f'<text x="4" y="{y + 12}" {_FONT} fill="#222"><title>{esc(tip)}</title>{esc(_short(node["node"]))}</text>')
     bar_y = y + (ROW_H - BAR_H) / 2
@@ -183,7 +185,9 @@ def _row(node, y, index, x_of, t0, t_end):
     if not node["phases"]:
         note = node["result"].replace("_", " ") + (": " + node["reason"] if node["reason"] else "")
         note = note if len(note) <= 140 else note[:139] + "…"
-        parts.append(f'<text x="{LABEL_W + 4}" y="{y + 12}" {_FONT} font-style="italic" fill="#777">{esc(note)}</text>')
+        # On a white backing, so that a wave line does not run through the words (monospace: 0.62 em a character).
+        parts.append(f'<rect x="{LABEL_W + 2}" y="{y + 2}" width="{len(note) * 6.9 + 4:.0f}" height="{ROW_H - 4}" fill="#fff"/>')
+        parts.append(f'<text x="{LABEL_W + 4}" y="{y + 12}" {_FONT} font-style="italic" fill="#666">{esc(note)}</text>')
     if node["result"] in ("rolled_back", "failed_drained"):
         at = _failure_at(node)
         if at is not None:

@@ -116,6 +116,8 @@ def _lookup(hostvars, host, name):
         return variables[name]
     except (KeyError, TypeError):
         return _MISSING
+    except Exception as exc:  # a host variable whose template fails (an undefined variable inside it)
+        raise PlanError(f"host {host}: the spread_by variable {name} cannot be read: {exc}", argument="spread_by", host=host, variable=name) from exc
 
 
 def _domains(hosts, hostvars, names):

@@ -85,7 +85,7 @@ def test_bad_or_missing_rollout_id_is_refused_before_anything(tmp_path, entry, r
 
 
 def test_unknown_slurm_client_is_refused(tmp_path):
-    done, _ = run_role(tmp_path, "drain", gpufleet_rollout_id="r-1", gpufleet_slurm_client="slurm-ctl-99")
+    done = run_role(tmp_path, "drain", gpufleet_rollout_id="r-1", gpufleet_slurm_client="slurm-ctl-99")[0]
     assert done.returncode == 2, done.stdout
     assert 'node_maintenance_slurm_client (gpufleet_slurm_client) "slurm-ctl-99" is not a host of the inventory' in done.stdout
 

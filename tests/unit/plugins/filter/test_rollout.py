@@ -288,3 +288,15 @@ def test_a_domain_value_must_be_one_string_or_number(value):
 def test_spread_by_needs_hostvars():
     with pytest.raises(AnsibleFilterError, match="spread_by needs hostvars"):
         wave_plan(["a"], None, spread_by=["rack"])
+
+
+class FailingVars(dict):
+    """A host's variables whose template fails when read (as Ansible's HostVarsVars does for an undefined variable inside)."""
+
+    def __getitem__(self, name):
+        raise RuntimeError("'no_such_var' is undefined")
+
+
+def test_a_variable_that_cannot_be_templated_names_the_host_and_the_variable():
+    with pytest.raises(AnsibleFilterError, match=r"host b: the spread_by variable rack cannot be read: 'no_such_var' is undefined"):
+        wave_plan(["a", "b"], {"a": {"rack": "r1"}, "b": FailingVars(rack="{{ no_such_var }}")}, spread_by=["rack"])

@@ -50,7 +50,7 @@ def test_writes_every_format_and_a_file_per_node(tmp_path, run_module):
     assert report["summary"]["failure_budget"] == 2 and [w["label"] for w in report["waves"]] == ["canary", "wave 1", "wave 2", "wave 3"]
     markdown = (dest / "rollout-report.md").read_text()
     assert "| gpu-07 | rolled back | driver 570.124.06 (restored) |" in markdown
-    assert "- **failure budget**: 1 of 2 failed nodes used" in markdown
+    assert "- **failure budget**: 1 node failed of 2 allowed" in markdown
     suites = ET.parse(dest / "rollout-junit.xml").getroot()  # noqa: S314 - our own output
     assert (suites.get("tests"), suites.get("failures"), suites.get("skipped")) == ("24", "1", "1")
     html = (dest / "rollout-report.html").read_text()
@@ -95,7 +95,7 @@ def test_formats_subset(tmp_path, run_module):
         (lambda r: r[5].update(wave="1"), "gpu-06", "wave"),
         (lambda r: r[0]["phases"][0].update(start=float("nan")), "gpu-01", "phases[0].start"),
         (lambda r: r[0]["phases"][0].update(start=float("inf")), "gpu-01", "phases[0].start"),
-        (lambda r: r[1].update(bmc_url="x"), "gpu-02", "the record"),
+        (lambda r: r[1].update(bmc_url="x"), "gpu-02", "bmc_url"),
         (lambda r: r[1].update(rollout_id="r-other"), "gpu-02", "rollout_id"),
     ],
 )

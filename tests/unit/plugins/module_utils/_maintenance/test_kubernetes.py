@@ -175,8 +175,10 @@ def test_without_ignore_daemonsets_a_daemonset_pod_blocks():
         (["app==trainer"], {"ml/trainer-7c9d5f6b8-x2kq4"}),
         (["tier!=batch,tier"], {"ml/redis-cache-0", "kube-system/kube-proxy-gpu-01"}),
         (["app in (trainer, redis-cache)"], {"ml/trainer-7c9d5f6b8-x2kq4", "ml/redis-cache-0"}),
-        (["tier notin (batch,infra)", "!run"], {"kube-system/kube-proxy-gpu-01", "gpu-operator/nvidia-device-plugin-daemonset-4kx9z",
-                                                 "gpu-operator/nvidia-dcgm-exporter-q8m2t"}),
+        (
+            ["tier notin (batch,infra)", "!run"],  # notin matches pods without the label too, as in Kubernetes
+            {"kube-system/kube-proxy-gpu-01", "gpu-operator/nvidia-device-plugin-daemonset-4kx9z", "gpu-operator/nvidia-dcgm-exporter-q8m2t"},
+        ),
     ],
 )
 def test_pod_selectors_choose_the_pods_like_a_label_selector(selectors, selected):

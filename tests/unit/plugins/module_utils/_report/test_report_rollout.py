@@ -64,7 +64,8 @@ def test_markdown_says_what_happened(report):
     md = rollout.render_markdown(report)
     assert "**24 nodes: 21 upgraded, 1 rolled back, 1 failed and left drained, 1 skipped.**" in md
     assert "- **run by**: alice@ctl-01 job 42" in md
-    assert "- **failure budget**: 2 of 1 failed nodes used — exceeded: the rollout stopped" in md
+    assert "- **failure budget**: 2 nodes failed, 1 allowed: exceeded" in md
+    assert "- **unavailable budget**: 2 nodes (10%)" in md
     assert "- **stop file**: /var/tmp/gpufleet.stop is present: no new node was started; remove it and run the playbook again to resume" in md
     assert "- **stopped**: failure budget exceeded after wave 2" in md
     assert "- **ticket**: CHG-1234" in md
@@ -138,7 +139,7 @@ def one(**changes):
     ("record", "field", "words"),
     [
         ("not a dict", "the record", "must be a mapping"),
-        ({"node": "gpu-01", "rollout_id": RID}, "the record", "lacks result"),
+        ({"node": "gpu-01", "rollout_id": RID}, "result", "is missing from the record"),
         (one(node="../etc/passwd"), "node", "not a plain host name"),
         (one(node=""), "node", "not a plain host name"),
         (one(wave=-1), "wave", "0 (canary)"),
@@ -153,9 +154,10 @@ def one(**changes):
         (one(phases=[{"name": "drain", "start": T0 * 1000, "end": T0 * 1000, "status": "ok"}]), "phases[0].start", "milliseconds"),
         (one(phases=[{"name": "drain", "start": T0, "end": float("nan"), "status": "ok"}]), "phases[0].end", "finite"),
         (one(phases=[{"name": "drain", "start": T0, "end": T0, "status": "done"}]), "phases[0].status", "one of started"),
-        (one(phases=[{"name": "drain", "start": T0, "end": T0, "status": "ok", "who": "x"}]), "phases[0]", "unknown keys who"),
+        (one(phases=[{"name": "drain", "start": T0, "end": T0, "status": "ok", "who": "x"}]), "phases[0].who", "is not a field of phases[0]"),
+        (one(bmc_url="https://bmc"), "bmc_url", "is not a field of the record"),
         (one(checks=[{"name": "xid", "status": "bad"}]), "checks[0].status", "one of pass"),
-        (one(rollback={"decided_by": "validate", "reason": "x"}), "rollback", "lacks result"),
+        (one(rollback={"decided_by": "validate", "reason": "x"}), "rollback.result", "is missing from rollback"),
         (one(rollback={"decided_by": "validate", "reason": "x", "result": "ok"}), "rollback.result", "one of validated, failed"),
         (one(result="rolled_back", rollback=None), "rollback", "is null but the result is rolled_back"),
         (one(drain={"ours": "yes"}), "drain.ours", "true or false"),

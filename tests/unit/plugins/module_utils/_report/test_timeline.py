@@ -37,14 +37,14 @@ def test_a_bar_per_phase_coloured_by_phase_where_its_times_say():
     assert len(bars) == sum(len(n["phases"]) for n in report["nodes"])
     scale = timeline.PLOT_W / (report["summary"]["ended_epoch"] - T0)
     first = report["nodes"][0]["phases"][0]
-    bar = bars[0]
-    assert bar.get("fill") == timeline.PHASE_COLOURS[first["name"]]
-    assert float(bar.get("x")) == pytest.approx(timeline.LABEL_W + (first["start"] - T0) * scale, abs=0.1)
-    assert float(bar.get("width")) == pytest.approx((first["end"] - first["start"]) * scale, abs=0.1)
-    for bar in bars:
-        name = bar.get("class").split()[1]
-        assert bar.get("fill") == timeline.PHASE_COLOURS[name]
-        assert timeline.LABEL_W <= float(bar.get("x")) and float(bar.get("x")) + float(bar.get("width")) <= timeline.LABEL_W + timeline.PLOT_W + 1.6
+    first_bar = bars[0]
+    assert first_bar.get("fill") == timeline.PHASE_COLOURS[first["name"]]
+    assert float(first_bar.get("x")) == pytest.approx(timeline.LABEL_W + (first["start"] - T0) * scale, abs=0.1)
+    assert float(first_bar.get("width")) == pytest.approx((first["end"] - first["start"]) * scale, abs=0.1)
+    for rect in bars:
+        name = rect.get("class").split()[1]
+        assert rect.get("fill") == timeline.PHASE_COLOURS[name]
+        assert timeline.LABEL_W <= float(rect.get("x")) and float(rect.get("x")) + float(rect.get("width")) <= timeline.LABEL_W + timeline.PLOT_W + 1.6
 
 
 def test_phase_colours_are_distinct_and_never_the_failure_red():
@@ -57,10 +57,10 @@ def test_rows_grouped_by_wave_canary_first_and_never_overlapping():
     report = build(1000, rollback=("gpu-0007",), skipped=("gpu-0500",))
     svg, _axis = chart_of(report)
     labels = [t for t in svg.iter(SVG + "text") if t.get("font-weight") is None and t.get("font-style") is None and float(t.get("x")) == 4]
-    names = ["".join(t.itertext()).split("rolled")[0] for t in labels]
+    names = [t.find(SVG + "title").tail for t in labels]  # <text><title>tooltip</title>shown name</text>
     assert len(labels) == 1000
     assert [t.find(SVG + "title").text.split(":")[0] for t in labels] == [n["node"] for n in report["nodes"]]
-    assert names[0].endswith("gpu-0001")  # the canary's row comes first
+    assert names[:2] == ["gpu-0001", "gpu-0002"]  # the canary's row comes first
     ys = [float(t.get("y")) for t in labels]
     assert all(b - a >= timeline.ROW_H for a, b in zip(ys, ys[1:]))
     assert float(svg.get("height")) >= ys[-1] + 4
@@ -131,3 +131,13 @@ def test_no_phase_at_all_says_so():
         record["phases"] = []
         record["result"] = "not_started"
     assert "nothing to draw" in timeline.render_timeline(rollout.build_report(records, RID, plan=plan))
+
+
+def test_wave_lines_lie_under_bars_and_text_and_over_the_row_stripes():
+    svg, _axis = chart_of(build(rollback=("gpu-07",)))
+    order = list(svg)
+    kinds = ["line" if e.get("class") == "wave-boundary" else "stripe" if e.get("fill") in ("#f6f6f6", "#eef1f6") else
+             "bar" if "phase" in (e.get("class") or "") else "text" if e.tag == SVG + "text" else "other" for e in order]
+    first_line, last_line = kinds.index("line"), len(kinds) - 1 - kinds[::-1].index("line")
+    assert "stripe" not in kinds[first_line:] and "bar" not in kinds[:last_line]
+    assert all(k != "text" for k in kinds[:last_line])
