@@ -131,7 +131,9 @@ class RolloutFleet(BaseFleet):
             "gpufleet_stop_file": str(self.workdir / "gpufleet.stop"),
             "gpufleet_state_file": STATE_FILE,
             "nvidia_driver_runfiles": self.runfiles, "nvidia_driver_reboot_timeout": 60,
-            "gpu_validate_poll_interval": 1, "gpu_validate_level": "quick",
+            "gpu_validate_poll_interval": 1, "gpu_validate_level": "quick", "node_maintenance_poll_interval": 1,
+            # Kernel holds are the driver role's own test (test_nvidia_driver.py); here they would only add tasks.
+            "nvidia_driver_hold_kernel": False,
             **extra,
         }
 
@@ -139,7 +141,7 @@ class RolloutFleet(BaseFleet):
         return [str(ANSIBLE_PLAYBOOK), "-i", str(self.inventory), str(UPGRADE), "-f", str(forks),
                 "-e", json.dumps(self.extra_vars(report_dir, **extra))]
 
-    def upgrade(self, report_dir: pathlib.Path, *, timeout: float = 400, forks: int = 16, **extra) -> subprocess.CompletedProcess:
+    def upgrade(self, report_dir: pathlib.Path, *, timeout: float = 900, forks: int = 16, **extra) -> subprocess.CompletedProcess:
         """Run playbooks/upgrade.yml to its end."""
         return run(self.upgrade_cmd(report_dir, forks=forks, **extra), env=ansible_env(), timeout=timeout)
 
