@@ -56,6 +56,8 @@ class Sampler(threading.Thread):
         self.env, self.log, self.interval = env, log, interval
         self.stopped = threading.Event()
         self.samples = 0
+        # The last state slurmctld showed of each job (finished jobs leave its memory after MinJobAge).
+        self.jobs: dict[str, dict[str, str]] = {}
 
     def run(self) -> None:
         with self.log.open("a") as out:
@@ -73,6 +75,14 @@ class Sampler(threading.Thread):
                                                   "reason": reason.group(1) if reason else ""}) + "\n")
                     out.flush()
                     self.samples += 1
+                jobs = subprocess.run(["scontrol", "show", "job", "-o"], env=self.env, capture_output=True, text=True,
+                                      timeout=10, check=False)
+                for line in jobs.stdout.splitlines() if jobs.returncode == 0 else []:
+                    fields = dict(re.findall(r"(\w+)=(\S*)", line))
+                    if "JobId" in fields:
+                        self.jobs[fields["JobId"]] = {"state": fields.get("JobState", ""), "node": fields.get("NodeList", ""),
+                                                      "start": fields.get("StartTime", ""), "end": fields.get("EndTime", ""),
+                                                      "exit": fields.get("ExitCode", ""), "seen": now}
                 self.stopped.wait(self.interval)
 
     def stop(self) -> list[dict]:
