@@ -310,7 +310,7 @@ def _install(argv_opts: set[str], specs: list[str]) -> int:
         return 0
     work = [(n, v) for n, v in new + upgraded + downgraded]
     for name, version in work:
-        if DRIVER.match(name) and (st.fault(state, "dkms_fail") or st.fault(state, "headers_missing")
+        if DRIVER.match(name) and (st.dkms_fails(state, version) or st.fault(state, "headers_missing")
                                    or not state.get("kernel_headers", True)):
             out(f"Unpacking {name} ({version}-{RELEASE}) ...")
             err(_dkms_failure(state, name, version), end="")
