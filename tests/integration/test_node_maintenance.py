@@ -135,6 +135,13 @@ def test_drain_waits_for_the_running_job_then_holds_the_node_and_resume_gives_it
     assert facts["drain"] == {"ours": True, "reason": OURS}
     assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
 
+    # Run again (a rollout that resumes): nothing changes, the node is still ours.
+    proc, doc = fleet.role("job-01", "drain")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.facts(doc, "job-01")["drained"] is True
+    assert doc["stats"]["job-01"]["changed"] == 0, doc["stats"]
+    assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
+
     proc, doc = fleet.role("job-01", "resume")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.facts(doc, "job-01")["resumed"] is True
