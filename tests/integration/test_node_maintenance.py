@@ -269,3 +269,17 @@ def test_reboot_without_a_slurm_client_asks_from_the_node_itself(fleet):
     proc = fleet.role("pre-01", "resume", **alone)[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.wait_state("pre-01", lambda s: s == "IDLE") == "IDLE"
+
+
+def test_a_wave_of_nodes_drains_at_once_through_one_slurm_client(fleet):
+    # Each node's drain waits async on slurmctl: two nodes, one client, both held, then both given back.
+    proc, doc = fleet.role("idle-01:pre-01", "drain")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for name in ("idle-01", "pre-01"):
+        assert fleet.facts(doc, name)["drained"] is True
+        assert fleet.node(name) == ("IDLE+DRAIN", OURS)
+    proc, doc = fleet.role("idle-01:pre-01", "resume")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for name in ("idle-01", "pre-01"):
+        assert fleet.facts(doc, name)["resumed"] is True
+        assert fleet.wait_state(name, lambda s: s == "IDLE") == "IDLE"
