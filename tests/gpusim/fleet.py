@@ -177,7 +177,8 @@ def _prepare_node(workdir: Path, fleet: spec_mod.Fleet, index: int, binds: dict[
               "slurmd_port": fleet.slurmd_port(index), "timing": plan.spec["timing"], "jobs": plan.spec["jobs"]}
     for rebooted in (False, True):
         script = node.boot_script(name=plan.name, node_dir=nd, slurm_conf=slurm_conf, binds=binds,
-                                  slurmd_args=slurm.slurmd_args(plan.name, slurm_conf, rebooted=rebooted))
+                                  slurmd_args=slurm.slurmd_args(plan.name, slurm_conf, rebooted=rebooted,
+                                                                time_namespace=node.time_namespace_works()))
         path = nd / ("reboot.sh" if rebooted else "boot.sh")
         path.write_text(script)
         path.chmod(0o755)
@@ -438,4 +439,5 @@ def power_on(workdir: Path, name: str) -> None:
         raise FleetError(f"node {name} is already running")
     if not _state().boot(nd):
         raise FleetError(f"node {name} does not come back (fault no_return): clear its faults first")
-    node.boot(nd, script="reboot.sh")
+    delay, _jobs = slurm.slurmd_delay(nd)
+    node.boot(nd, script="reboot.sh", slurmd_delay=delay)

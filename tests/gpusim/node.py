@@ -220,7 +220,8 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
         f"mount --bind {nd} {NODE_MOUNT}",
         f"mount --bind {nd}/bin /usr/local/bin",
         f"mount --bind {nd}/sbin /usr/local/sbin",
-        f"mount --bind {nd}/run /run",
+        # /run is a tmpfs, empty at each boot (pid files, sshd's privsep dir), as on a real node.
+        "mount -t tmpfs -o mode=755,size=64m gpusim-run /run",
         f"mount --bind {nd}/boot_id /proc/sys/kernel/random/boot_id",
         f"mount --bind {nd}/osrelease /proc/sys/kernel/osrelease",
         f"if [ -d /proc/driver ]; then mount --bind {nd}/proc_driver /proc/driver; fi",
@@ -234,11 +235,17 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
     lines += [
         f"hostname {q(name)}",
         f"readlink /proc/self/ns/mnt > {nd}/mntns.tmp && mv {nd}/mntns.tmp {nd}/mntns",
-        "mkdir -p /run/sshd && chmod 755 /run/sshd",
+        "mkdir -p /run/sshd /run/lock && chmod 755 /run/sshd",
         f"/usr/sbin/sshd -f {nd}/ssh/sshd_config -E {nd}/log/sshd.log",
         f"SLURM_CONF={q(str(slurm_conf))}; export SLURM_CONF",
         f"cd {NODE_MOUNT}",
-        " ".join(q(a) for a in slurmd_args),
+        # GPUSIM_SLURMD_DELAY (set by the supervisor after a reboot that killed jobs): slurmd comes up that much
+        # later, in the background, as on a real node whose reboot lasted longer than Slurm's job grace.
+        'if [ -n "${GPUSIM_SLURMD_DELAY:-}" ]; then',
+        f'  (sleep "$GPUSIM_SLURMD_DELAY"; exec {" ".join(q(a) for a in slurmd_args)}) </dev/null >/dev/null 2>&1 &',
+        "else",
+        "  " + " ".join(q(a) for a in slurmd_args),
+        "fi",
         "",
     ]
     return "\n".join(lines)
@@ -331,20 +338,25 @@ def unshare_command(node_dir: Path, script: str = "boot.sh") -> list[str]:
     if time_namespace_works():
         with open("/proc/uptime") as fh:
             uptime = int(float(fh.read().split()[0]))
-        # The node's CLOCK_BOOTTIME (uptime, and Slurm's boot time) restarts near zero at each boot.
-        cmd += ["--time", "--boottime", str(-max(uptime - 1, 0))]
+        # The node's CLOCK_BOOTTIME (uptime, and the BootTime slurmd reports: now - uptime) restarts at 0..1 s at
+        # each boot, so that Slurm sees the node boot after its reboot request, as a real node does.
+        cmd += ["--time", "--boottime", str(-uptime)]
     return [*cmd, "/bin/sh", str(node_dir / script)]
 
 
-def boot(node_dir: Path, script: str = "boot.sh", timeout: float = 30.0) -> None:
+def boot(node_dir: Path, script: str = "boot.sh", timeout: float = 30.0, slurmd_delay: float = 0.0) -> None:
     """Start the node's namespace, sshd and slurmd; return once sshd listens.
 
-    script is boot.sh for the first boot, reboot.sh after (slurmd then reports the reboot).
+    script is boot.sh for the first boot, reboot.sh after. slurmd_delay > 0: slurmd starts that many seconds
+    later (in the background).
     """
     with contextlib.suppress(FileNotFoundError):
         (node_dir / "mntns").unlink()
+    env = {k: v for k, v in os.environ.items() if k != "GPUSIM_SLURMD_DELAY"}
+    if slurmd_delay > 0:
+        env["GPUSIM_SLURMD_DELAY"] = f"{slurmd_delay:.1f}"
     done = subprocess.run(unshare_command(node_dir, script), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=env)
     if done.returncode != 0:
         log = (node_dir / "log" / "boot.log").read_text()[-2000:] if (node_dir / "log" / "boot.log").exists() else ""
         raise RuntimeError(f"gpusim: node {node_dir.name} failed to boot (rc {done.returncode}): {done.stderr.strip()}\n{log}")

@@ -8,6 +8,8 @@ SLURM_CONF (set by `env()`, by the nodes' sshd, and /etc/slurm is bind-mounted i
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -24,6 +26,14 @@ req=/var/lib/gpusim/reboot.request
 printf '{"requested_at": %s, "delay_s": 0, "action": "reboot", "by": "slurm"}\\n' "$(date +%s)" > "$req.slurm.tmp"
 mv "$req.slurm.tmp" "$req"
 """
+
+
+# slurmctld's grace for a batch job it believes runs on a node that registers without it: a job last seen
+# less than BatchStartTimeout + min(10, MessageTimeout) seconds ago is not purged (it may still be starting).
+BATCH_START_TIMEOUT = 10
+MESSAGE_TIMEOUT = 10
+JOB_GRACE_S = BATCH_START_TIMEOUT + min(10, MESSAGE_TIMEOUT) + 2  # + margin for the 2-CPU machine
+LOST_JOBS = "slurm-lost-jobs.json"  # NODE_DIR: Slurm's jobs on the node when it went down
 
 
 class Paths:
@@ -64,7 +74,7 @@ def config(fleet: Fleet, workdir: Path) -> str:
         f"StateSaveLocation={paths.state}",
         "SlurmdSpoolDir=/var/lib/gpusim/slurmd",
         f"SlurmctldPidFile={paths.ctld_pid}",
-        "SlurmdPidFile=/var/lib/gpusim/slurmd.pid",
+        "SlurmdPidFile=/run/slurmd.pid",  # the node's /run: a tmpfs, empty at each boot
         f"SlurmctldLogFile={paths.log / 'slurmctld.log'}",
         "SlurmdLogFile=/var/lib/gpusim/slurmd.log",
         "SlurmctldDebug=info",
@@ -87,7 +97,8 @@ def config(fleet: Fleet, workdir: Path) -> str:
         "ResumeTimeout=600",
         "SlurmdTimeout=60",  # a node down longer than this shows as not responding (down*)
         "SlurmctldTimeout=30",
-        "MessageTimeout=10",
+        f"MessageTimeout={MESSAGE_TIMEOUT}",
+        f"BatchStartTimeout={BATCH_START_TIMEOUT}",
         "InactiveLimit=0",
         "KillWait=5",
         "MinJobAge=300",
@@ -116,11 +127,51 @@ def prepare(fleet: Fleet, workdir: Path) -> Paths:
     return paths
 
 
-def slurmd_args(name: str, conf: Path, *, rebooted: bool) -> list[str]:
+def slurmd_args(name: str, conf: Path, *, rebooted: bool, time_namespace: bool = True) -> list[str]:
+    """slurmd's command line at boot: what a real boot runs. The node's time namespace gives slurmd the uptime
+    of the node's own boot (Slurm's BootTime); only without one does slurmd need -b (report the uptime since
+    slurmd started), else it would report the controller's boot and Slurm would never see the reboot."""
     args = ["/usr/sbin/slurmd", "-f", str(conf), "-N", name]
-    if rebooted:
-        args.append("-b")  # tell slurmctld this node has just rebooted
+    if rebooted and not time_namespace:
+        args.append("-b")
     return args
+
+
+def jobs_on(workdir: Path, node: str) -> list[str]:
+    """Ids of the jobs slurmctld believes run on node (running, completing, suspended, configuring)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-w", node, "-t", "R,CG,S,CF", "-o", "%i"], capture_output=True,
+                              text=True, env=env(workdir), check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def record_lost_jobs(workdir: Path, node: str, node_dir: Path) -> list[str]:
+    """Before a node goes down (reboot, power off): note Slurm's jobs on it and when it went down."""
+    jobs = jobs_on(workdir, node)
+    path = node_dir / LOST_JOBS
+    if jobs:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"down_at": time.time(), "jobs": jobs}))
+        os.replace(tmp, path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return jobs
+
+
+def slurmd_delay(node_dir: Path) -> tuple[float, list[str]]:
+    """(seconds, jobs): how long the node's slurmd must wait at this boot so that slurmctld, when it registers
+    without the jobs that died with the node, finds them missing as after a real reboot (which lasts minutes:
+    always longer than JOB_GRACE_S). 0 when no job died with it. Consumes the record."""
+    path = node_dir / LOST_JOBS
+    try:
+        record = json.loads(path.read_text())
+        path.unlink()
+    except (FileNotFoundError, ValueError):
+        return 0.0, []
+    return max(0.0, float(record["down_at"]) + JOB_GRACE_S - time.time()), list(record["jobs"])
 
 
 def start_controller(workdir: Path) -> None:

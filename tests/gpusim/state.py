@@ -110,6 +110,9 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
         "driver": {
             "version": driver, "flavor": flavor, "loaded": bool(driver), "staged": None,
             "method": "runfile" if driver else None, "dkms": False, "build_date": _build_date(driver),
+            # The version of the nvidia module loaded last: a load of another version is an upgrade
+            # (faults "when: upgrade" fire then, however the new driver was activated).
+            "last_loaded": driver,
         },
         "modules": list(DRIVER_MODULES) if driver else [],
         "fabricmanager": {"version": fm, "staged": None} if fm else None,
@@ -255,6 +258,13 @@ def fault(state: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+def dkms_fails(state: dict[str, Any], version: str | None) -> bool:
+    """Whether building the driver's kernel module fails for version: the dkms_fail fault, for every version or
+    only the one its `version` names (so that the rollback to another one builds)."""
+    f = fault(state, "dkms_fail")
+    return bool(f) and (not f.get("version") or str(f["version"]) == str(version))
+
+
 def now_kmsg_ts(state: dict[str, Any]) -> float:
     return max(0.0, time.time() - state["booted_at"]) + 5.0
 
@@ -273,7 +283,11 @@ def _log_driver_load(state: dict[str, Any]) -> None:
 
 
 def load_modules(state: dict[str, Any], names: tuple[str, ...] = DRIVER_MODULES) -> None:
-    if not state["driver"]["version"]:
+    """Load the driver's modules (modprobe, nvidia-smi's autoload, boot). When the nvidia module loads at a
+    version other than the one loaded last (a new driver: installed in place and loaded, or staged and booted),
+    the faults declared `when: upgrade` fire, once."""
+    drv = state["driver"]
+    if not drv["version"]:
         return
     first = "nvidia" not in state["modules"]
     for m in names:
@@ -281,6 +295,22 @@ def load_modules(state: dict[str, Any], names: tuple[str, ...] = DRIVER_MODULES)
             state["modules"].append(m)
     if first:
         _log_driver_load(state)
+        previous = drv.get("last_loaded", drv["version"])
+        drv["last_loaded"] = drv["version"]
+        if previous != drv["version"]:
+            _fire_pending(state, "upgrade")
+
+
+def _fire_pending(state: dict[str, Any], when: str) -> None:
+    """Activate the pending faults declared for `when` (boot | upgrade), in their order, once."""
+    pending = []
+    for f in state["pending_faults"]:
+        if f["when"] == when:
+            params = {k: v for k, v in f.items() if k not in ("kind", "when")}
+            _activate_fault(state, f["kind"], params)
+        else:
+            pending.append(f)
+    state["pending_faults"] = pending
 
 
 def _xid_prefix(gpu: dict[str, Any]) -> str:
@@ -304,7 +334,8 @@ def apply_fault(state: dict[str, Any], kind: str, **params: Any) -> dict[str, An
     - fm_mismatch(version=<driver with patch-1>), fm_inactive()
     - dcgm_fail(test="Memory", gpu=0, level=2), nccl_low(factor=0.4), thermal_slowdown(gpu=last)
     - flash_fail(target="gpu"|"nic"|"any", percent=40), psid_mismatch(nic=0, psid=...), gpu_process(gpu=0,
-      pid, name, mem_mib), dkms_fail(), headers_missing(), no_return()
+      pid, name, mem_mib), dkms_fail(version=any: only installs of that driver version fail), headers_missing(),
+      no_return() (when: boot by default; when: upgrade: the boot that loads a new driver does not come back)
     - modules_busy(module="nvidia", holder="Xorg", pid=2222): rmmod of that module refuses ("Module nvidia is in
       use") although nvidia-smi lists no GPU process (a /dev/nvidia* handle held by a non-CUDA process); ends at boot
     - flash_fail(percent=40): a BMC firmware update task ends in Exception at that percentage, the components
@@ -453,11 +484,15 @@ def boot(node_dir: Path | str, power_cycle: bool = False) -> bool:
     power cycle all staged firmware."""
 
     def _boot(state: dict[str, Any]) -> bool:
-        if fault(state, "no_return") or any(f["kind"] == "no_return" for f in state["pending_faults"]):
+        drv = state["driver"]
+        # This boot loads a new driver (a staged one, or one installed while unloaded) when its nvidia module
+        # differs from the one loaded last: a no_return declared "when: upgrade" keeps it down then.
+        next_version = (drv.get("staged") or {}).get("version") or drv["version"]
+        upgrading = bool(next_version) and next_version != drv.get("last_loaded", drv["version"])
+        if fault(state, "no_return") or any(
+                f["kind"] == "no_return" and (f["when"] == "boot" or upgrading) for f in state["pending_faults"]):
             state["down"] = True
             return False
-        old_driver = state["driver"]["version"]
-        drv = state["driver"]
         if drv.get("staged"):
             drv.update(drv["staged"])
             drv["staged"] = None
@@ -487,16 +522,8 @@ def boot(node_dir: Path | str, power_cycle: bool = False) -> bool:
                 g["remapped"]["correctable"] += 0
             g["retired"]["pending"] = False
         if drv["version"] and drv.get("built", True):
-            load_modules(state)
-        upgraded = drv["version"] != old_driver
-        pending = []
-        for f in state["pending_faults"]:
-            if f["when"] == "boot" or (f["when"] == "upgrade" and upgraded):
-                params = {k: v for k, v in f.items() if k not in ("kind", "when")}
-                _activate_fault(state, f["kind"], params)
-            else:
-                pending.append(f)
-        state["pending_faults"] = pending
+            load_modules(state)  # a new driver's first load fires the faults "when: upgrade"
+        _fire_pending(state, "boot")
         for name in ("nvidia-persistenced", "nvidia-dcgm"):
             if state["services"][name]["enabled"]:
                 start_service(state, name)

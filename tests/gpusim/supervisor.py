@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from gpusim import node, state
+from gpusim import node, slurm, state
 
 REQUEST = "reboot.request"
 # reboot: host restart; poweroff; on: power on a node that is off; powercycle: an AC power cycle (a restart
@@ -96,6 +96,7 @@ class Supervisor:
         if action not in ACTIONS:
             log(f"{name}: unknown action {action!r} ignored")
             return
+        seen_at = time.time()
         delay = max(float(request.get("delay_s") or 0), 0.0)
         log(f"{name}: {action} requested (delay {delay:g}s)")
         if self.stop.wait(delay):
@@ -105,8 +106,11 @@ class Supervisor:
                 log(f"{name}: already on")
                 return
         else:
+            jobs = slurm.record_lost_jobs(self.workdir, name, nd)
             node.set_power(nd, "down" if action == "poweroff" else "rebooting")
             node.kill(nd)
+            if jobs:
+                log(f"{name}: Slurm's job(s) {', '.join(jobs)} died with the node")
             if action == "poweroff":
                 log(f"{name}: powered off")
                 return
@@ -122,8 +126,15 @@ class Supervisor:
             return
         with contextlib.suppress(FileNotFoundError):
             (nd / REQUEST).unlink()  # written while it went down: that boot already happened
-        node.boot(nd, "reboot.sh")
-        log(f"{name}: up again, boot_id {state.load(nd)['boot_id']}")
+        # Slurm compares whole seconds: the node boots in a later second than the request (scontrol reboot's
+        # boot_req_time), else slurmctld would not take the registration for the reboot it asked for.
+        while int(time.time()) <= int(seen_at) and not self.stop.wait(0.05):
+            pass
+        delay, jobs = slurm.slurmd_delay(nd)
+        node.boot(nd, "reboot.sh", slurmd_delay=delay)
+        log(f"{name}: up again, boot_id {state.load(nd)['boot_id']}"
+            + (f"; slurmd starts in {delay:.1f}s (Slurm's grace for job(s) {', '.join(jobs)}: a real reboot outlasts it)"
+               if delay else ""))
 
     def run(self) -> None:
         log(f"supervising {len(self.nodes)} nodes in {self.workdir}")

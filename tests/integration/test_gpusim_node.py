@@ -7,6 +7,7 @@ Needs root and tests/gpusim/install-deps.sh. Run:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 import yaml
 from fleet import TESTS, Fleet, fleet_up, needs_fleet
 from fleet import run as fleet_run
+from gpusim import node as gnode
 
 SPEC = TESTS / "gpusim" / "specs" / "node-3.yml"
 # A package the controller has installed (the dpkg database the nodes' overlays start from).
@@ -51,19 +53,19 @@ def reboot(fleet: Fleet, name: str) -> None:
 def test_a_fact_file_written_on_one_node_is_on_that_node_only_and_survives_its_reboot(fleet):
     marker = uuid.uuid4().hex
     fact = f"/etc/ansible/facts.d/gpusim-{marker}.fact"
-    done = fleet.module("ansible.builtin.copy", "node-01", {"dest": fact, "content": json.dumps({"marker": marker}),
+    done = fleet.module("ansible.builtin.copy", "node-03", {"dest": fact, "content": json.dumps({"marker": marker}),
                                                             "mode": "0644"})
-    assert done["node-01"]["changed"] is True, done
+    assert done["node-03"]["changed"] is True, done
     assert not pathlib.Path(fact).exists(), "the node wrote the controller's /etc"
-    assert fleet.ssh("node-02", f"test -e {fact}").returncode == 1
-    facts = fleet.module("ansible.builtin.setup", "node-01,node-02", {"gather_subset": ["!all", "!min", "local"]})
-    assert facts["node-01"]["ansible_facts"]["ansible_local"][f"gpusim-{marker}"] == {"marker": marker}
-    assert f"gpusim-{marker}" not in facts["node-02"]["ansible_facts"].get("ansible_local", {})
+    assert fleet.ssh("node-01", f"test -e {fact}").returncode == 1
+    facts = fleet.module("ansible.builtin.setup", "node-03,node-01", {"gather_subset": ["!all", "!min", "local"]})
+    assert facts["node-03"]["ansible_facts"]["ansible_local"][f"gpusim-{marker}"] == {"marker": marker}
+    assert f"gpusim-{marker}" not in facts["node-01"]["ansible_facts"].get("ansible_local", {})
 
-    boot_id = fleet.ssh_ok("node-01", "cat /proc/sys/kernel/random/boot_id")
-    reboot(fleet, "node-01")
-    assert fleet.ssh_ok("node-01", "cat /proc/sys/kernel/random/boot_id") != boot_id
-    assert json.loads(fleet.ssh_ok("node-01", f"cat {fact}")) == {"marker": marker}  # its disk
+    boot_id = fleet.ssh_ok("node-03", "cat /proc/sys/kernel/random/boot_id")
+    reboot(fleet, "node-03")
+    assert fleet.ssh_ok("node-03", "cat /proc/sys/kernel/random/boot_id") != boot_id
+    assert json.loads(fleet.ssh_ok("node-03", f"cat {fact}")) == {"marker": marker}  # its disk
     assert not pathlib.Path(fact).exists()
 
 
@@ -150,5 +152,112 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"{what} not within {timeout}s (last: {value!r})")
+            pytest.fail(f"{what}: not within {timeout}s (last: {value!r})")
         time.sleep(interval)
+
+
+# --- P2: a job on a node that reboots dies, as on a real cluster -------------------------------------------
+
+def job(fleet: Fleet, job_id: str) -> dict[str, str]:
+    """`scontrol show job -o` as {key: value}."""
+    done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, env=fleet.slurm_env,
+                          check=False, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return dict(word.split("=", 1) for word in done.stdout.split() if "=" in word)
+
+
+def submit(fleet: Fleet, node: str, command: str) -> str:
+    done = subprocess.run(["sbatch", "--parsable", "-w", node, "-o", "/dev/null", "-D", "/tmp", "--wrap", command],
+                          capture_output=True, text=True, env=fleet.slurm_env, check=True, timeout=30)
+    job_id = done.stdout.strip().split(";")[0]
+    wait_for(lambda: job(fleet, job_id)["JobState"] == "RUNNING", 30, f"job {job_id} running")
+    return job_id
+
+
+def node_state(fleet: Fleet, name: str) -> str:
+    done = subprocess.run(["sinfo", "-h", "-N", "-n", name, "-o", "%t"], capture_output=True, text=True, env=fleet.slurm_env,
+                          check=False, timeout=30)
+    return done.stdout.strip()
+
+
+def scontrol_state(fleet: Fleet, name: str) -> str:
+    done = subprocess.run(["scontrol", "show", "node", "-o", name], capture_output=True, text=True, env=fleet.slurm_env,
+                          check=False, timeout=30)
+    return next((w.split("=", 1)[1] for w in done.stdout.split() if w.startswith("State=")), "")
+
+
+def wait_node_state(fleet: Fleet, name: str, want: tuple[str, ...], timeout: float, read=scontrol_state) -> float:
+    """Seconds until the node's state (scontrol's State=, or read's) is one of want; fails naming the states seen."""
+    started = time.monotonic()
+    seen: list[str] = []
+    while time.monotonic() - started < timeout:
+        seen.append(read(fleet, name))
+        if seen[-1] in want:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    pytest.fail(f"{name}: not {want} within {timeout}s; states seen: {sorted(set(seen))}")
+
+
+def ended_by_the_node(record: dict[str, str]) -> bool:
+    """Real Slurm's two outcomes for a batch job whose node rebooted under it: NODE_FAIL, or requeued (Restarts)."""
+    return record["JobState"] in ("NODE_FAIL", "FAILED") or int(record.get("Restarts", "0")) >= 1
+
+
+def node_cmdlines(fleet: Fleet, name: str) -> list[bytes]:
+    """The command lines of the node's processes (those of its mount namespace; the PID namespace is the machine's)."""
+    cmdlines = []
+    for pid in gnode.processes(fleet.node_dir(name)):
+        with contextlib.suppress(OSError):
+            cmdlines.append(pathlib.Path(f"/proc/{pid}/cmdline").read_bytes())
+    return cmdlines
+
+
+def ended(fleet: Fleet, job_id: str) -> dict[str, str] | None:
+    record = job(fleet, job_id)
+    return record if ended_by_the_node(record) else None
+
+
+def test_a_job_on_a_node_that_reboots_dies_with_it(fleet):
+    """A job started just before the reboot (the hard case: younger than Slurm's grace for missing batch jobs)."""
+    job_id = submit(fleet, "node-03", "sleep 3600")
+    boot_id = fleet.ssh_ok("node-03", "cat /proc/sys/kernel/random/boot_id")
+    fleet.ssh("node-03", "shutdown -r now")  # 255 or 0: the session dies with the node
+    wait_for(lambda: fleet.ssh("node-03", "cat /proc/sys/kernel/random/boot_id").stdout not in ("", boot_id), 60,
+             "node-03 back with a new boot_id")
+    record = wait_for(lambda: ended(fleet, job_id), 60, f"job {job_id} ended by the reboot")
+    assert record["JobState"] != "RUNNING" or int(record["Restarts"]) >= 1
+    log = (fleet.workdir / "slurm" / "log" / "slurmctld.log").read_text()
+    assert f"JobId={job_id} cancelled by node failure" in log
+    # No process of the job survived the reboot on the node, and the node is back in service.
+    assert not any(b"sleep\x003600" in cmdline for cmdline in node_cmdlines(fleet, "node-03"))
+    subprocess.run(["scancel", job_id], env=fleet.slurm_env, check=False, timeout=30)
+    wait_node_state(fleet, "node-03", ("IDLE", "MIXED"), 60)  # back in service (ReturnToService=2)
+
+
+def test_the_specs_job_dies_with_an_ansible_reboot_of_its_node(fleet):
+    """node-01's job from `up` (long running): ansible.builtin.reboot ends it, as on a real cluster."""
+    job_id = next(j for j in subprocess.run(["squeue", "-h", "-w", "node-01", "-o", "%i"], capture_output=True, text=True,
+                                            env=fleet.slurm_env, check=True).stdout.split())
+    assert job(fleet, job_id)["JobState"] == "RUNNING"
+    reboot(fleet, "node-01")
+    record = wait_for(lambda: ended(fleet, job_id), 60, f"job {job_id} ended by the reboot")
+    assert record["JobState"] != "RUNNING" or int(record["Restarts"]) >= 1
+    subprocess.run(["scancel", job_id], env=fleet.slurm_env, check=False, timeout=30)
+
+
+def test_scontrol_reboot_asap_waits_for_the_job_then_reboots(fleet):
+    job_id = submit(fleet, "node-02", "sleep 8")
+    boot_id = fleet.ssh_ok("node-02", "cat /proc/sys/kernel/random/boot_id")
+    done = subprocess.run(["scontrol", "reboot", "ASAP", "nextstate=resume", "reason=gpusim-test", "node-02"],
+                          capture_output=True, text=True, env=fleet.slurm_env, check=False, timeout=30)
+    assert done.returncode == 0, done.stderr
+    time.sleep(3)
+    # The job runs on; the node drains (no new job) and has not rebooted.
+    assert job(fleet, job_id)["JobState"] == "RUNNING"
+    assert fleet.ssh_ok("node-02", "cat /proc/sys/kernel/random/boot_id") == boot_id
+    assert node_state(fleet, "node-02").startswith(("drng", "mix", "boot"))
+    wait_for(lambda: job(fleet, job_id)["JobState"] == "COMPLETED", 60, f"job {job_id} completed")
+    wait_for(lambda: fleet.ssh("node-02", "cat /proc/sys/kernel/random/boot_id").stdout not in ("", boot_id), 90,
+             "node-02 rebooted by Slurm")
+    wait_node_state(fleet, "node-02", ("IDLE",), 90)  # nextstate=resume
+    assert job(fleet, job_id)["ExitCode"] == "0:0"

@@ -135,6 +135,13 @@ def test_drain_waits_for_the_running_job_then_holds_the_node_and_resume_gives_it
     assert facts["drain"] == {"ours": True, "reason": OURS}
     assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
 
+    # Run again (a rollout that resumes): nothing changes, the node is still ours.
+    proc, doc = fleet.role("job-01", "drain")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert fleet.facts(doc, "job-01")["drained"] is True
+    assert doc["stats"]["job-01"]["changed"] == 0, doc["stats"]
+    assert fleet.node("job-01") == ("IDLE+DRAIN", OURS)
+
     proc, doc = fleet.role("job-01", "resume")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.facts(doc, "job-01")["resumed"] is True
@@ -262,3 +269,17 @@ def test_reboot_without_a_slurm_client_asks_from_the_node_itself(fleet):
     proc = fleet.role("pre-01", "resume", **alone)[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.wait_state("pre-01", lambda s: s == "IDLE") == "IDLE"
+
+
+def test_a_wave_of_nodes_drains_at_once_through_one_slurm_client(fleet):
+    # Each node's drain waits async on slurmctl: two nodes, one client, both held, then both given back.
+    proc, doc = fleet.role("idle-01:pre-01", "drain")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for name in ("idle-01", "pre-01"):
+        assert fleet.facts(doc, name)["drained"] is True
+        assert fleet.node(name) == ("IDLE+DRAIN", OURS)
+    proc, doc = fleet.role("idle-01:pre-01", "resume")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for name in ("idle-01", "pre-01"):
+        assert fleet.facts(doc, name)["resumed"] is True
+        assert fleet.wait_state(name, lambda s: s == "IDLE") == "IDLE"

@@ -248,7 +248,9 @@ def test_role_main_installs_activates_and_verifies(fleet, role_main):
     out = role_main.stdout
     # nvidia_driver_hold_kernel: false: holding packages on a simulated node would hold the controller's.
     assert re.search(r"Pin the running kernel\] \*+\nskipping: \[hgx-02\]", out)
-    assert "changed: [hgx-02]" in out.split(f"Install NVIDIA driver {NEW}", 1)[1]
+    # The installer ran as an async job (nvidia_driver_async: true by default) and changed the node.
+    assert "changed: [hgx-02]" in out.split("TASK [gpufleet.lifecycle.nvidia_driver : Keep the installer's result]", 1)[1].split("TASK [", 1)[0]
+    assert re.search(r"Wait for the driver installer\] \*+\n(FAILED - RETRYING.*\n)*(ok|changed): \[hgx-02\]", out)
     assert "RUNNING HANDLER [gpufleet.lifecycle.nvidia_driver : Activate the NVIDIA driver]" in out
     assert re.search(r"Check that the fabric manager matches the driver on NVSwitch systems\] \*+\nok: \[hgx-02\]", out)
     assert "hgx-02                     : ok=" in out and "failed=0" in out
@@ -288,7 +290,9 @@ def test_role_main_in_check_mode_plans_and_changes_nothing(fleet):
     proc = fleet.role("check-hgx", "main", {"nvidia_driver_version": NEW}, check=True)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
-    assert "changed: [check-hgx]" in out.split(f"TASK [gpufleet.lifecycle.nvidia_driver : Install NVIDIA driver {NEW}]", 1)[1].split("TASK [", 1)[0]
+    # Check mode runs the module in place (no async job): its plan says changed.
+    assert "changed: [check-hgx]" in out.split(f"TASK [gpufleet.lifecycle.nvidia_driver : Run the driver installer for {NEW}]", 1)[1].split("TASK [", 1)[0]
+    assert re.search(r"Wait for the driver installer\] \*+\nskipping: \[check-hgx\]", out)
     # Nothing was installed: the verification, which would see the old driver, is skipped.
     for name in ("Check that the driver answers with the expected version", "Check that the fabric manager matches the driver on NVSwitch systems"):
         assert re.search(re.escape(name) + r"\] \*+\nskipping: \[check-hgx\]", out), name

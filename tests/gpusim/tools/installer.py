@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         _log([*log, NO_HEADERS, FAILED])
         fail(f"\n{NO_HEADERS}\n\n{FAILED}", 1, "out")
     dkms = "--dkms" in flags
-    if st.fault(state, "dkms_fail") or fail_kind == "dkms":
+    if st.dkms_fails(state, version) or fail_kind == "dkms":
         if dkms:
             err = (f"ERROR: Failed to run `/usr/sbin/dkms build -m nvidia -v {version} -k {kernel}`: \n"
                    f"Building module:\nCleaning build area...\n'make' -j16 NV_EXCLUDE_BUILD_MODULES='' KERNEL_UNAME="

@@ -15,19 +15,40 @@ exists when the driver was installed by apt (``driver.method == "package"``).
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import re
+from pathlib import Path
 from typing import Any
 
 from .. import catalog
 from .. import state as st
 from ._common import err, fail, load, out, update
 
-# Published NVIDIA data-center driver versions the simulated CUDA repository offers.
-REPOSITORY = (
+# Published NVIDIA data-center driver versions the simulated CUDA repository offers: these, plus every
+# Linux driver the collection's compatibility data knows (plugins/module_utils/_compat_data.py, CUDA's
+# Table 3) on a branch from OLDEST_BRANCH on, so that any BOM the compatibility filters accept installs here.
+_PUBLISHED = (
     "535.161.08", "535.183.01", "535.216.03", "550.54.15", "550.90.07", "550.127.05", "550.144.03",
     "550.163.01", "560.35.03", "565.57.01", "570.86.15", "570.124.06", "570.133.20", "570.148.08",
     "575.57.08", "580.65.06", "580.82.07",
 )
+OLDEST_BRANCH = 535
+COMPAT_DATA = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / "_compat_data.py"
+
+
+def _compat_releases(path: Path = COMPAT_DATA) -> tuple[str, ...]:
+    """The Linux drivers of the compatibility data's toolkit table (a data-only module, read by path)."""
+    spec = importlib.util.spec_from_file_location("gpusim_compat_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(row[2] for row in module.TOOLKIT_DRIVER_ROWS if row[2])
+
+
+def _vkey(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+REPOSITORY = tuple(sorted({v for v in (*_PUBLISHED, *_compat_releases()) if _vkey(v)[0] >= OLDEST_BRANCH}, key=_vkey))
 RELEASE = "1"
 ARCH = "amd64"
 FM = re.compile(r"^nvidia-fabricmanager-(?P<branch>\d+)$")
@@ -45,10 +66,6 @@ def _apt(state: dict[str, Any]) -> dict[str, Any]:
     data.setdefault("held", [])
     data.setdefault("extra_versions", [])
     return data
-
-
-def _vkey(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
 def available(state: dict[str, Any], name: str) -> list[str]:
@@ -293,7 +310,7 @@ def _install(argv_opts: set[str], specs: list[str]) -> int:
         return 0
     work = [(n, v) for n, v in new + upgraded + downgraded]
     for name, version in work:
-        if DRIVER.match(name) and (st.fault(state, "dkms_fail") or st.fault(state, "headers_missing")
+        if DRIVER.match(name) and (st.dkms_fails(state, version) or st.fault(state, "headers_missing")
                                    or not state.get("kernel_headers", True)):
             out(f"Unpacking {name} ({version}-{RELEASE}) ...")
             err(_dkms_failure(state, name, version), end="")

@@ -9,6 +9,7 @@ spec's host variables.
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 import sys
 
@@ -19,7 +20,7 @@ TESTS = pathlib.Path(__file__).resolve().parents[2]
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from gpusim import fleet, node, spec  # noqa: E402
+from gpusim import fleet, node, slurm, spec  # noqa: E402
 
 MINIMAL = {
     "fleet": {"name": "t", "loopback": 21, "slurm_port": 18100},
@@ -183,3 +184,66 @@ def test_group_vars_are_not_shared_between_nodes():
     fl = spec.parse(with_vars({"rack": "r1", "tags": ["a"]}))
     fl.nodes[0].host_vars["tags"].append("b")
     assert fl.nodes[1].host_vars["tags"] == ["a"]
+
+
+# --- Slurm across a simulated reboot ---------------------------------------------------------------------
+
+
+def test_slurmd_at_boot_runs_as_a_real_boot_runs_it():
+    conf = pathlib.Path("/w/slurm/etc/slurm.conf")
+    # The time namespace gives slurmd the node's own uptime: no -b, at the first boot or after a reboot.
+    assert slurm.slurmd_args("n1", conf, rebooted=True, time_namespace=True) == ["/usr/sbin/slurmd", "-f", str(conf), "-N", "n1"]
+    # Without one, -b makes slurmd report its own start as the boot, or Slurm would never see the reboot.
+    assert slurm.slurmd_args("n1", conf, rebooted=True, time_namespace=False)[-1] == "-b"
+    assert "-b" not in slurm.slurmd_args("n1", conf, rebooted=False, time_namespace=False)
+
+
+def test_slurmd_pid_file_is_on_the_nodes_run_tmpfs(tmp_path):
+    conf = slurm.config(spec.parse(copy.deepcopy(MINIMAL)), tmp_path)
+    assert "SlurmdPidFile=/run/slurmd.pid" in conf.splitlines()
+    assert f"BatchStartTimeout={slurm.BATCH_START_TIMEOUT}" in conf.splitlines()
+    assert f"MessageTimeout={slurm.MESSAGE_TIMEOUT}" in conf.splitlines()
+
+
+def test_boot_mounts_a_fresh_run_and_can_start_slurmd_later(tmp_path):
+    lines = boot_lines(tmp_path)
+    assert "mount -t tmpfs -o mode=755,size=64m gpusim-run /run" in lines
+    text = "\n".join(lines)
+    assert 'if [ -n "${GPUSIM_SLURMD_DELAY:-}" ]; then' in text
+    assert '(sleep "$GPUSIM_SLURMD_DELAY"; exec /usr/sbin/slurmd)' in text
+
+
+def test_a_reboot_that_killed_jobs_holds_slurmd_back_for_slurms_grace(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm, "jobs_on", lambda workdir, node: ["7", "9"])
+    assert slurm.record_lost_jobs(tmp_path, "n1", tmp_path) == ["7", "9"]
+    delay, jobs = slurm.slurmd_delay(tmp_path)
+    assert jobs == ["7", "9"] and slurm.JOB_GRACE_S - 2 < delay <= slurm.JOB_GRACE_S
+    assert slurm.JOB_GRACE_S > slurm.BATCH_START_TIMEOUT + min(10, slurm.MESSAGE_TIMEOUT)
+    # Consumed: the next boot (no job died) starts slurmd at once.
+    assert slurm.slurmd_delay(tmp_path) == (0.0, [])
+
+
+def test_the_grace_counts_from_when_the_node_went_down(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm, "jobs_on", lambda workdir, node: ["7"])
+    slurm.record_lost_jobs(tmp_path, "n1", tmp_path)
+    record = tmp_path / slurm.LOST_JOBS
+    data = json.loads(record.read_text())
+    data["down_at"] -= slurm.JOB_GRACE_S + 5  # down long ago (powered off, then powered on)
+    record.write_text(json.dumps(data))
+    assert slurm.slurmd_delay(tmp_path) == (0.0, ["7"])
+
+
+def test_a_node_without_jobs_leaves_no_record(tmp_path, monkeypatch):
+    (tmp_path / slurm.LOST_JOBS).write_text('{"down_at": 1, "jobs": ["3"]}')  # from an earlier power-off
+    monkeypatch.setattr(slurm, "jobs_on", lambda workdir, node: [])
+    assert slurm.record_lost_jobs(tmp_path, "n1", tmp_path) == []
+    assert not (tmp_path / slurm.LOST_JOBS).exists()
+
+
+def test_the_node_boot_time_offset_starts_its_uptime_at_zero(monkeypatch):
+    monkeypatch.setattr(node, "time_namespace_works", lambda: True)
+    cmd = node.unshare_command(pathlib.Path("/nd"))
+    offset = int(cmd[cmd.index("--boottime") + 1])
+    with open("/proc/uptime") as fh:
+        uptime = float(fh.read().split()[0])
+    assert 0 <= uptime + offset < 2  # the node's uptime at its boot: 0..1 s (Slurm's BootTime = now - uptime)

@@ -167,3 +167,68 @@ def test_boot_faults_no_return_and_gpu_missing_after_upgrade(make_node):
     assert len(state.visible_gpus(node.state)) == 7
     node.fault("no_return")
     assert state.boot(node.dir) is False
+
+
+def _xid79_lines(node: SimNode) -> list[str]:
+    return [e["msg"] for e in node.state["kernel_log"] if "Xid" in e["msg"] and ": 79," in e["msg"]]
+
+
+def test_an_upgrade_fault_fires_when_the_new_driver_loads_in_place(make_node):
+    """Runfile install + module reload, no reboot: the fault "after upgrade" fires at the new module's first load."""
+    node = make_node(faults=[{"kind": "xid79", "gpu": 2, "when": "upgrade"}])
+    # Reloading the running driver is no upgrade.
+    _unload_all(node)
+    assert node.run("modprobe", "nvidia").returncode == 0
+    assert not _xid79_lines(node) and node.state["pending_faults"]
+    assert node.run("rmmod", "nvidia").returncode == 0
+    run = artifacts.write_driver_runfile(node.dir / "art", "570.124.06")
+    r = node.exec(str(run), "--silent", "--no-questions", "--ui=none", "--dkms", "-m=kernel-open")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not _xid79_lines(node)  # installed, not loaded yet
+    assert node.run("modprobe", "nvidia").returncode == 0
+    assert node.state["gpus"][2]["fell_off"] is True
+    assert len(_xid79_lines(node)) == 1 and node.state["pending_faults"] == []
+    assert "GPU has fallen off the bus" in node.run("dmesg").stdout
+    # Once: the next reload of the same driver adds nothing.
+    assert node.run("rmmod", "nvidia").returncode == 0
+    assert node.run("modprobe", "nvidia").returncode == 0
+    assert len(_xid79_lines(node)) == 1
+
+
+def test_an_upgrade_fault_fires_when_nvidia_smi_autoloads_the_new_driver(make_node):
+    node = make_node(faults=[{"kind": "ecc_dbe", "gpu": 1, "count": 2, "when": "upgrade"}])
+    _unload_all(node)
+    run = artifacts.write_driver_runfile(node.dir / "art", "570.124.06")
+    assert node.exec(str(run), "--silent", "--dkms").returncode == 0
+    assert node.state["gpus"][1]["ecc"]["volatile_dbe"] == 0
+    assert node.run("nvidia-smi", "-L").returncode == 0  # loads the module, as nvidia-modprobe does
+    assert node.state["gpus"][1]["ecc"]["volatile_dbe"] == 2
+
+
+def test_an_upgrade_fault_fires_when_a_staged_driver_boots_and_only_once(make_node):
+    node = make_node(faults=[{"kind": "xid79", "gpu": 0, "when": "upgrade"}])
+    state.update(node.dir, lambda s: s["driver"].__setitem__("staged", {"version": "570.124.06"}))
+    assert state.boot(node.dir) is True
+    assert node.state["driver"]["version"] == "570.124.06" and node.state["gpus"][0]["fell_off"] is True
+    assert state.boot(node.dir) is True  # the next boot: the same driver, the GPU is back
+    assert node.state["gpus"][0]["fell_off"] is False and not _xid79_lines(node)
+
+
+def test_no_return_after_upgrade_keeps_only_the_upgrading_boot_down(make_node):
+    node = make_node(faults=[{"kind": "no_return", "when": "upgrade"}])
+    assert state.boot(node.dir) is True  # a plain reboot comes back
+    state.update(node.dir, lambda s: s["driver"].__setitem__("staged", {"version": "570.124.06"}))
+    assert state.boot(node.dir) is False
+    assert node.state["down"] is True
+
+
+def test_dkms_fail_of_one_version_lets_the_rollback_build(make_node):
+    node = make_node(faults=[{"kind": "dkms_fail", "version": "570.124.06"}])
+    _unload_all(node)
+    new = artifacts.write_driver_runfile(node.dir / "art", "570.124.06")
+    r = node.exec(str(new), "--silent", "--dkms")
+    assert r.returncode == 1 and "Bad return status for module build" in r.stdout
+    assert node.state["driver"]["version"] == "550.90.07"
+    old = artifacts.write_driver_runfile(node.dir / "art", "550.90.07")
+    r = node.exec(str(old), "--silent", "--dkms")
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -147,3 +147,25 @@ def test_modinfo_without_a_driver(make_node):
     node = make_node(driver=None, fabricmanager=None)
     r = node.run("modinfo", "nvidia")
     assert (r.returncode, r.stdout, r.stderr) == (1, "", "modinfo: ERROR: Module nvidia not found.\n")
+
+
+def test_the_repository_holds_every_release_of_the_compatibility_data():
+    """A BOM the compatibility filters accept (any Linux driver of CUDA's Table 3 from R535 on) installs here."""
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _compat_data
+    from gpusim.tools import packages
+
+    known = {row[2] for row in _compat_data.TOOLKIT_DRIVER_ROWS if row[2] and int(row[2].split(".")[0]) >= packages.OLDEST_BRANCH}
+    assert {"580.95.05", "580.82.07", "575.51.03", "570.26", "595.71.05"} <= known
+    assert known <= set(packages.REPOSITORY)
+    assert list(packages.REPOSITORY) == sorted(packages.REPOSITORY, key=packages._vkey)  # oldest first, no duplicates
+    assert len(set(packages.REPOSITORY)) == len(packages.REPOSITORY)
+
+
+def test_a_bom_of_580_95_05_installs_its_fabric_manager(make_node):
+    node = make_node(fabricmanager="580.82.07", driver="580.82.07")
+    r = node.run("apt-get", "install", "-y", "-q", "nvidia-fabricmanager-580=580.95.05-1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Setting up nvidia-fabricmanager-580 (580.95.05-1) ..." in r.stdout
+    assert node.state["fabricmanager"]["version"] == "580.95.05"
+    r = node.run("apt-get", "install", "-y", "-q", "nvidia-fabricmanager-580=580.95.06-1")  # not a release
+    assert r.returncode == 100

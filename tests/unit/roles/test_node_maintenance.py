@@ -103,3 +103,16 @@ def test_argument_specs_refuse_bad_values(tmp_path, variables, message):
     assert done.returncode == 2, done.stdout
     assert message in done.stdout
     assert facts is None
+
+
+def test_kubernetes_backend_stops_at_its_first_api_read_without_a_cluster(tmp_path):
+    # No API server here (and no Python kubernetes package in the venv): the backend's tasks load, and the host
+    # fails at the first read of the Node, before any mark, cordon or eviction.
+    done = run_role(tmp_path, "drain", gpufleet_maintenance_backend="kubernetes", gpufleet_rollout_id="r-1",
+                    node_maintenance_k8s_kubeconfig=str(tmp_path / "no-such-kubeconfig"))[0]
+    assert done.returncode == 2, done.stdout
+    failed = [line for line in done.stdout.splitlines() if line.startswith("fatal:")]
+    assert len(failed) == 1, done.stdout
+    last_task = done.stdout.split("fatal:")[0].rsplit("TASK [", 1)[1]
+    assert last_task.startswith("gpufleet.lifecycle.node_maintenance : Read the Kubernetes node]"), done.stdout
+    assert "Mark the node" not in done.stdout and "Cordon the node" not in done.stdout
