@@ -58,7 +58,7 @@ PYEOF
 # H100 nodes: their drains wait for them.
 export SLURM_CONF=$WORKDIR/slurm/etc/slurm.conf
 scontrol update nodename=l40s-09 state=drain reason="admin: PSU swap, do not resume"
-for n in h100-01 h100-02 h100-03 h100-04; do sbatch -Q -w "$n" -J "demo-$n" -o /dev/null -D /tmp --wrap "sleep 8"; done
+for n in h100-01 h100-02 h100-03 h100-04 l40s-01; do sbatch -Q -w "$n" -J "demo-$n" -o /dev/null -D /tmp --wrap "sleep 8"; done
 
 echo
 echo "== rolling out the BOM: ansible-playbook playbooks/upgrade.yml (canary, soak, waves of at most 6, 2 per rack)"
@@ -70,7 +70,7 @@ set +e
        "gpufleet_wave_max_per_domain": 2, "gpufleet_soak_seconds": 3, "gpufleet_wave_pause_seconds": 2,
        "gpufleet_failure_budget": 2, "gpufleet_wave_max_fail_percentage": 50, "gpufleet_reboot_timeout": 120,
        "gpufleet_capacity_poll_seconds": 2, "gpufleet_capacity_wait_seconds": 300, "node_maintenance_poll_interval": 1,
-       "gpu_validate_poll_interval": 1, "nvidia_driver_hold_kernel": true}'
+       "gpu_validate_poll_interval": 1}'
 rc=$?
 set -e
 
