@@ -247,3 +247,8 @@ class RolloutFleet(BaseFleet):
 
 def report_json(report_dir: pathlib.Path) -> dict:
     return json.loads((report_dir / "rollout-report.json").read_text())
+
+
+def waves_of(report: dict) -> dict[int, list[str]]:
+    """{wave: [node, ...]} of a rollout report (0 is the canary; nodes not planned are left out)."""
+    return {w["wave"]: list(w["nodes"]) for w in report["waves"] if w["wave"] is not None}

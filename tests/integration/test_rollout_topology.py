@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 from fleet import TESTS, fleet_up, needs_fleet
-from rollout_helpers import NEW, OLD, RolloutFleet, by_time, report_json, unavailable, write_runfiles
+from rollout_helpers import NEW, OLD, RolloutFleet, by_time, report_json, unavailable, waves_of, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-racks.yml"
 RACKS = {"gpu-01": "r1", "gpu-02": "r1", "gpu-03": "r1", "gpu-04": "r2", "gpu-05": "r2", "gpu-06": "r2", "gpu-07": "r3", "gpu-08": "r3"}
@@ -51,8 +51,7 @@ def test_every_node_upgraded(fleet, spread):
 
 
 def test_the_plan_spreads_each_wave_over_racks(spread):
-    plan = report_json(spread["report"])["plan"]
-    for wave in [plan["canary"], *plan["waves"]]:
+    for wave in waves_of(report_json(spread["report"])).values():
         racks = [RACKS[n] for n in wave]
         assert len(racks) == len(set(racks)), (wave, racks)
 
