@@ -129,11 +129,12 @@ def test_a_second_run_changes_nothing(fleet, happy):
 
 
 def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp_path):
-    """A new BOM (595.45.04): the canary shows Xid 48 once the new driver loads; it is rolled back, validated, and no
-    other node is touched."""
+    """A new BOM (595.45.04): a GPU of the canary falls off the bus (Xid 79) once the new driver loads; it is rolled
+    back (the rollback reboots first), validated, and no other node is touched. (A double-bit ECC error instead leaves
+    grown ECC counters that no rollback cures: such a node ends drained, as test_rollout_waves shows.)"""
     report = report_json(happy["report"])
     canary = waves_of(report)[0][0]
-    fleet.fault(canary, "xid48", gpu=1, when="upgrade")
+    fleet.fault(canary, "xid79", gpu=1, when="upgrade")
     others = [n for n in fleet.names if n not in (canary, "gpu-13")]
     before = {n: (fleet.state_file(n), fleet.node(n)) for n in others}
     bom = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
