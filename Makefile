@@ -62,7 +62,7 @@ build: venv
 bench: venv ## figures: parse and report speed, memory
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || echo "($$b did not run)"; done
 
-demo: venv ## a 16-node simulated fleet, audited over SSH, with a report (needs root)
+demo: venv ## a 24-node simulated fleet: audited, then rolled out (canary, waves, one fault rolled back), reports (needs root)
 	tests/gpusim/demo.sh
 
 clean:

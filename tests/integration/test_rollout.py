@@ -1,0 +1,160 @@
+"""playbooks/upgrade.yml on 13 simulated nodes over real SSH and real Slurm: the happy path with running jobs and a
+node someone else drained, the second run that changes nothing, then a canary that fails validation.
+
+The fleet (tests/fixtures/rollout/fleet-happy.yml, 127.0.25.x, slurmctld on 18500): PCIe L40S nodes on driver
+550.90.07, BOM 570.124.06. Slurm's own node states are sampled during each run (rollout_helpers.Sampler): the
+capacity invariant is checked from that log, not from the playbook's output.
+Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
+    .venv/bin/python -m pytest tests/integration/test_rollout.py -m integration -q
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fleet import TESTS, fleet_up, needs_fleet
+from rollout_helpers import NEW, OLD, RolloutFleet, max_unavailable, recap, report_json, waves_of, write_runfiles
+
+SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
+NEWER = "595.45.04"
+ADMIN_REASON = "admin: fan 3 replaced, burn-in pending"
+MAX_UNAVAILABLE = 4
+
+pytestmark = needs_fleet()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rollout")
+    runfiles = write_runfiles(base / "runfiles", (OLD, NEW, NEWER))
+    with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
+        yield RolloutFleet(workdir, runfiles)
+
+
+def changed_tasks(stdout: str) -> list[str]:
+    """The TASK headers followed by a 'changed:' line in ansible-playbook's output."""
+    out, task = [], ""
+    for line in stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed:") and task:
+            out.append(task)
+    return out
+
+
+def slurm_epoch(text: str) -> float:
+    """Slurm's StartTime/EndTime (local time, ISO without a zone) as epoch seconds."""
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+@pytest.fixture(scope="module")
+def happy(fleet, tmp_path_factory):
+    """The first rollout: gpu-13 drained by a person beforehand, a job of a few seconds on every other node."""
+    out = tmp_path_factory.mktemp("happy")
+    fleet.drain_as_admin("gpu-13", ADMIN_REASON)
+    jobs = {name: fleet.submit(name, 6) for name in fleet.names if name != "gpu-13"}
+    fleet.wait_jobs_running(list(jobs.values()))
+    before = {name: fleet.state_file(name) for name in fleet.names}
+    sampler = fleet.sampler(out / "slurm-states.jsonl")
+    done = fleet.upgrade(out / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_failure_budget=0)
+    samples = sampler.stop()
+    return {"run": done, "jobs": jobs, "samples": samples, "report": out / "report", "before": before, "job_states": sampler.jobs}
+
+
+def test_happy_path_upgrades_every_node(fleet, happy):
+    done = happy["run"]
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    for name in fleet.names:
+        if name == "gpu-13":
+            continue
+        assert fleet.driver(name) == NEW, name
+        section = fleet.rollout_section(name)
+        assert (section["status"], section["result"]) == ("done", "upgraded"), (name, section)
+        names = [p["name"] for p in section["phases"] if p["status"] == "ok"]
+        for phase in ("preflight", "drain", "driver", "activate", "validate", "resume"):
+            assert phase in names, (name, phase, section["phases"])
+        # Back in service, without a reason left behind.
+        assert "DRAIN" not in fleet.node(name)["state"], fleet.node(name)
+    assert "rollout" in done.stdout and "canary" in done.stdout
+
+
+def test_no_job_was_killed_and_drains_waited_for_them(fleet, happy):
+    for name, job_id in happy["jobs"].items():
+        job = happy["job_states"][job_id]  # the last state Slurm showed during the run
+        assert (job["state"], job["exit"]) == ("COMPLETED", "0:0"), (name, job)
+        # Nothing was changed on a node while its job ran: the driver phase starts after the job ended.
+        driver = fleet.phase(name, "driver")
+        assert driver is not None and driver["start"] >= slurm_epoch(job["end"]) - 1, (name, job, driver)
+    # The canary's drain had to wait for its job (the job ran 6 s; the rollout started right away).
+    canary = waves_of(report_json(happy["report"]))[0][0]
+    drain = fleet.phase(canary, "drain")
+    assert drain["end"] - drain["start"] >= 2, drain
+
+
+def test_a_node_drained_by_someone_else_keeps_its_drain_and_reason(fleet, happy):
+    node = fleet.node("gpu-13")
+    assert "DRAIN" in node["state"] and node["reason"].startswith(ADMIN_REASON), node
+    assert fleet.driver("gpu-13") == OLD
+    # Never locked nor touched: its state file is as it was.
+    assert fleet.state_file("gpu-13") == happy["before"]["gpu-13"]
+    record = next(r for r in report_json(happy["report"])["nodes"] if r["node"] == "gpu-13")
+    assert record["result"] == "skipped" and ADMIN_REASON.split(",", maxsplit=1)[0] in record["skip_reason"], record
+
+
+def test_unavailable_never_above_the_budget_in_slurms_own_states(fleet, happy):
+    count, at, nodes = max_unavailable(happy["samples"], fleet.names)
+    assert count <= MAX_UNAVAILABLE, f"{count} unavailable at {at}: {nodes}"
+    # The sampler did see the rollout work: the pre-drained node and ours together, more than one at a time.
+    assert count >= 2, (count, nodes)
+    assert len({s["t"] for s in happy["samples"]}) > 20
+
+
+def test_the_report_tells_what_happened(happy):
+    report = report_json(happy["report"])
+    assert report["summary"]["upgraded"] == 12 and report["summary"]["skipped"] == 1, report["summary"]
+    for name in ("rollout-report.md", "rollout-report.html", "rollout-junit.xml"):
+        assert (happy["report"] / name).stat().st_size > 0
+    upgraded = next(r for r in report["nodes"] if r["result"] == "upgraded")
+    assert (upgraded["before"]["driver"], upgraded["after"]["driver"]) == (OLD, NEW)
+
+
+def test_a_second_run_changes_nothing(fleet, happy):
+    """The same command again (the same report folder: the rollout's evidence is rewritten only where it changed)."""
+    done = fleet.upgrade(happy["report"], gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_failure_budget=0)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    changed = {host: counts["changed"] for host, counts in recap(done.stdout).items()}
+    assert changed and set(changed.values()) == {0}, (changed, changed_tasks(done.stdout))
+    assert "DRAIN" in fleet.node("gpu-13")["state"]
+
+
+def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp_path):
+    """A new BOM (595.45.04): the canary shows Xid 48 once the new driver loads; it is rolled back, validated, and no
+    other node is touched."""
+    report = report_json(happy["report"])
+    canary = waves_of(report)[0][0]
+    fleet.fault(canary, "xid48", gpu=1, when="upgrade")
+    others = [n for n in fleet.names if n not in (canary, "gpu-13")]
+    before = {n: (fleet.state_file(n), fleet.node(n)) for n in others}
+    bom = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
+           "cuda": ["12.4"]}
+    done = fleet.upgrade(tmp_path / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_bom=bom)
+    assert done.returncode != 0
+    assert "the canary failed" in done.stdout and canary in done.stdout, done.stdout[-5000:]
+    # Rolled back to the driver it ran before, validated, back in service.
+    assert fleet.driver(canary) == NEW
+    section = fleet.rollout_section(canary)
+    assert section["result"] == "rolled_back", section
+    assert [p["status"] for p in section["phases"] if p["name"] == "rollback"] == ["ok"], section["phases"]
+    assert "DRAIN" not in fleet.node(canary)["state"]
+    # No other node touched: Slurm state the same, state file without a phase past preflight.
+    for n in others:
+        after_file, after_node = fleet.state_file(n), fleet.node(n)
+        assert after_node["state"] == before[n][1]["state"], n
+        assert fleet.driver(n) == NEW, n
+        section = after_file.get("rollout") or {}
+        assert section.get("id") != (before[n][0].get("rollout") or {}).get("id"), (n, section)
+        assert {p["name"] for p in section.get("phases", [])} <= {"preflight"}, (n, section)
+        assert {k: v for k, v in after_file.items() if k != "rollout"} == {k: v for k, v in before[n][0].items() if k != "rollout"}, n
+    record = next(r for r in report_json(tmp_path / "report")["nodes"] if r["node"] == canary)
+    assert record["rollback"]["result"] == "validated" and "xid" in record["rollback"]["reason"].lower(), record
