@@ -76,7 +76,7 @@ def bench(size: int, *, ping: bool, reboot: bool, audit: bool = False) -> dict:
                                ANSIBLE_PIPELINING="True")
             inventory = str(workdir / "inventory" / "hosts.yml")
             if ping:
-                result["ansible_ping_s"], _ = run([str(REPO / ".venv/bin/ansible"), "all", "-i", inventory, "-m", "ping", "-f", "32"],
+                result["ansible_ping_s"], _ = run([str(REPO / ".venv/bin/ansible"), "gpu_nodes", "-i", inventory, "-m", "ping", "-f", "32"],
                                                   env=ansible_env)
             if audit:
                 result["audit_playbook_s"], _ = run(
@@ -86,7 +86,7 @@ def bench(size: int, *, ping: bool, reboot: bool, audit: bool = False) -> dict:
                 result["audit_ok_nodes"] = report["totals"]["ok"]
             if reboot:
                 result["ansible_reboot_all_s"], _ = run(
-                    [str(REPO / ".venv/bin/ansible"), "all", "-i", inventory, "-m", "ansible.builtin.reboot", "-f", "32"], env=ansible_env)
+                    [str(REPO / ".venv/bin/ansible"), "gpu_nodes", "-i", inventory, "-m", "ansible.builtin.reboot", "-f", "32"], env=ansible_env)
         finally:
             result["down_s"], _ = run([*gpusim, "down", "--workdir", str(workdir)], env=env)
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}

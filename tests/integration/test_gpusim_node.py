@@ -261,3 +261,33 @@ def test_scontrol_reboot_asap_waits_for_the_job_then_reboots(fleet):
              "node-02 rebooted by Slurm")
     wait_node_state(fleet, "node-02", ("IDLE",), 90)  # nextstate=resume
     assert job(fleet, job_id)["ExitCode"] == "0:0"
+
+
+# --- P3: a resumed node answers as a real one does --------------------------------------------------------
+
+def slurmctld_log_times(fleet: Fleet, pattern: str) -> list[float]:
+    """Epoch seconds of the slurmctld log lines containing pattern (Slurm's own millisecond timestamps)."""
+    times = []
+    for line in (fleet.workdir / "slurm" / "log" / "slurmctld.log").read_text().splitlines():
+        if pattern in line and line.startswith("["):
+            stamp = line[1:line.index("]")]
+            times.append(time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + stamp[19:]))
+    return times
+
+
+def test_a_resumed_healthy_node_answers_at_slurms_first_tick(fleet):
+    """`scontrol update state=resume` marks the node NOT_RESPONDING until it answers a registration request
+    (slurmctld's _require_node_reg); slurmctld sends it on its next background tick (every second) and the
+    simulated node answers at once: IDLE again within 1 s of the resume, as on a real cluster."""
+    for attempt in range(3):
+        subprocess.run(["scontrol", "update", "nodename=node-02", "state=drain", f"reason=gpusim-p3-{attempt}"],
+                       env=fleet.slurm_env, check=True, timeout=30)
+        before = len(slurmctld_log_times(fleet, "Node node-02 now responding"))
+        subprocess.run(["scontrol", "update", "nodename=node-02", "state=resume"], env=fleet.slurm_env, check=True, timeout=30)
+        resumed = slurmctld_log_times(fleet, "update_node: node node-02 state set to IDLE")[-1]
+        wait_node_state(fleet, "node-02", ("IDLE",), 10)  # no NOT_RESPONDING flag left
+        answered = wait_for(lambda b=before: slurmctld_log_times(fleet, "Node node-02 now responding")[b:], 10,
+                            "slurmctld logs node-02 responding")[0]
+        # One background tick (1 s) plus the node's answer; the simulated node answers in milliseconds.
+        assert 0 <= answered - resumed < 1.1, (resumed, answered)
+        assert node_state(fleet, "node-02") == "idle"

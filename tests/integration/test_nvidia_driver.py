@@ -238,16 +238,52 @@ def test_downgrade_changes_once_in_four_steps(fleet, downgraded):
 
 # --- the role: main and rollback --------------------------------------------------------------------
 
+KERNEL_STANZA = """Package: linux-image-{kernel}
+Status: install ok installed
+Priority: optional
+Section: kernel
+Installed-Size: 400000
+Maintainer: Debian Kernel Team <debian-kernel@lists.debian.org>
+Architecture: amd64
+Source: linux-signed-amd64
+Version: 6.1.76-1
+Description: Linux for 64-bit PCs (signed)
+
+"""
+APT_HOLD_FILE = "/etc/apt/apt.conf.d/51gpufleet-kernel-hold"
+
+
+def selection(fleet: Fleet, host: str | None, package: str) -> str:
+    """dpkg's selection of PACKAGE on HOST (None: the controller), '' when dpkg does not know it."""
+    command = f"dpkg --get-selections {package} 2>/dev/null"
+    if host is None:
+        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False).stdout.split()
+    else:
+        out = fleet.ssh(host, command).stdout.split()
+    return out[-1] if out else ""
+
+
 @pytest.fixture(scope="module")
 def role_main(fleet):
-    return fleet.role("hgx-02", "main", {"nvidia_driver_version": NEW})
+    # A real node has the package of the kernel it runs: give hgx-02 its own (the node's /var/lib is its own disk).
+    kernel = fleet.ssh_ok("hgx-02", "uname -r").strip()
+    fleet.ssh_ok("hgx-02", f"printf '%s' '{KERNEL_STANZA.format(kernel=kernel)}' >> /var/lib/dpkg/status")
+    proc = fleet.role("hgx-02", "main", {"nvidia_driver_version": NEW, "nvidia_driver_hold_kernel": True})
+    proc.kernel_package = f"linux-image-{kernel}"
+    return proc
 
 
 def test_role_main_installs_activates_and_verifies(fleet, role_main):
     assert role_main.returncode == 0, role_main.stdout[-4000:] + role_main.stderr[-2000:]
     out = role_main.stdout
-    # nvidia_driver_hold_kernel: false: holding packages on a simulated node would hold the controller's.
-    assert re.search(r"Pin the running kernel\] \*+\nskipping: \[hgx-02\]", out)
+    # nvidia_driver_hold_kernel: true: the running kernel's package is held on that node, and only there.
+    assert re.search(r"Hold the running kernel packages \(apt\)\] \*+\nchanged: \[hgx-02\] => \(item=linux-image-", out), out[-4000:]
+    assert selection(fleet, "hgx-02", role_main.kernel_package) == "hold"
+    assert selection(fleet, "hgx-01", role_main.kernel_package) == ""
+    assert selection(fleet, None, role_main.kernel_package) == ""  # the controller's dpkg never heard of it
+    assert '"linux-";' in fleet.ssh_ok("hgx-02", f"cat {APT_HOLD_FILE}")
+    assert fleet.ssh("hgx-01", f"test -e {APT_HOLD_FILE}").returncode == 1
+    assert not pathlib.Path(APT_HOLD_FILE).exists()
     # The installer ran as an async job (nvidia_driver_async: true by default) and changed the node.
     assert "changed: [hgx-02]" in out.split("TASK [gpufleet.lifecycle.nvidia_driver : Keep the installer's result]", 1)[1].split("TASK [", 1)[0]
     assert re.search(r"Wait for the driver installer\] \*+\n(FAILED - RETRYING.*\n)*(ok|changed): \[hgx-02\]", out)

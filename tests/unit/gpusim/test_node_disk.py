@@ -62,7 +62,7 @@ def test_overlay_dirs_are_under_the_node_folder_one_per_target(tmp_path):
 def test_prepare_disk_gives_the_node_its_hostname_and_machine_id_once(tmp_path):
     nd = tmp_path / "a01"
     node.prepare_disk(nd, "a01")
-    etc, _ = node.overlay_dirs(nd, "/etc")
+    etc = node.overlay_dirs(nd, "/etc")[0]
     assert (etc / "hostname").read_text() == "a01\n"
     machine_id = (etc / "machine-id").read_text()
     assert len(machine_id.strip()) == 32
@@ -118,8 +118,8 @@ def test_up_refuses_a_workdir_under_an_overlay_before_doing_anything(tmp_path):
     assert not pathlib.Path("/var/tmp/gpusim-never-made").exists()
 
 
-def inventory(tmp_path, data=MINIMAL):
-    fl = spec.parse(copy.deepcopy(data))
+def inventory(tmp_path, data=None):
+    fl = spec.parse(copy.deepcopy(MINIMAL if data is None else data))
     path = fleet._inventory(fl, tmp_path, "pw")
     return yaml.safe_load(path.read_text())
 

@@ -80,3 +80,16 @@ def test_a_new_node_has_nothing_to_roll_back_to(tmp_path, role):
     failed = [(name, result) for name, result in tasks if result.get("failed")]
     assert len(failed) == 1 and failed[0][0].startswith("Check that there is"), tasks
     assert "Nothing was changed" in failed[0][1]["msg"]
+
+
+def test_verify_without_a_driver_to_expect_says_what_to_set(tmp_path):
+    """nvidia_driver's verify, run alone without nvidia_driver_version, fails before reading the node, naming the variable."""
+    (tmp_path / "play.yml").write_text(PLAYBOOK.replace("tasks_from: rollback", "tasks_from: verify"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_LOCALHOST_WARNING="False",
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="False", ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    extra = {"role": "nvidia_driver", "ansible_python_interpreter": sys.executable}
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml"), "-e", json.dumps(extra)],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "set nvidia_driver_version to the driver that should run" in proc.stdout, proc.stdout[-2000:]
+    assert "Read the driver after activation" not in proc.stdout
