@@ -83,7 +83,9 @@ def test_a_spent_failure_budget_stops_the_rollout_with_the_rest_untouched(fleet,
     assert "the failure budget is spent" in done.stdout, done.stdout[-5000:]
     report = report_json(tmp_path / "report")
     results = {r["node"]: r["result"] for r in report["nodes"]}
-    assert results["gpu-02"] == "rolled_back" and results["gpu-03"] == "rolled_back", results
+    # Xid 48 leaves grown double-bit ECC counters, which no rollback cures: gpu-02 stays drained with a reason.
+    assert results["gpu-02"] == "failed_drained", results
+    assert results["gpu-03"] in ("rolled_back", "failed_drained"), results
     # The waves after the failing one never started: their nodes were not touched.
     # gpu-06 is still down from the first rollout: it was not reachable, so it is not among them.
     untouched = [n for n, r in results.items() if r == "not_started" and n in before]
