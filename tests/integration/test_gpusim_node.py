@@ -17,6 +17,7 @@ import uuid
 import pytest
 import yaml
 from fleet import TESTS, Fleet, fleet_up, needs_fleet
+from fleet import gpusim as fleet_gpusim
 from fleet import run as fleet_run
 from gpusim import node as gnode
 
@@ -291,3 +292,30 @@ def test_a_resumed_healthy_node_answers_at_slurms_first_tick(fleet):
         # One background tick (1 s) plus the node's answer; the simulated node answers in milliseconds.
         assert 0 <= answered - resumed < 1.1, (resumed, answered)
         assert node_state(fleet, "node-02") == "idle"
+
+
+# --- P4: a fault "after upgrade" fires when the new driver first loads, however it is activated ----------
+
+def test_an_upgrade_fault_fires_at_an_in_place_upgrade_over_ssh(fleet):
+    from gpusim import artifacts
+
+    done = fleet_gpusim("fault", "node-03", "xid79", "gpu=1", "when=upgrade", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stderr
+    runfile = artifacts.write_driver_runfile(fleet.node_dir("node-03") / "art", "580.95.05")
+    on_node = f"/var/lib/gpusim/art/{runfile.name}"
+    fleet.ssh_ok("node-03", "systemctl stop nvidia-persistenced; rmmod nvidia_drm nvidia_modeset nvidia_uvm nvidia")
+    fleet.ssh_ok("node-03", f"sh {on_node} --silent --dkms")
+    assert "Xid" not in fleet.ssh_ok("node-03", "dmesg")  # installed, not loaded: no upgrade yet
+    fleet.ssh_ok("node-03", "modprobe nvidia")
+    assert "Xid (PCI:0000:" in fleet.ssh_ok("node-03", "dmesg") and ": 79, " in fleet.ssh_ok("node-03", "dmesg")
+
+
+def test_an_upgrade_fault_fires_when_a_staged_package_driver_boots(fleet):
+    done = fleet_gpusim("fault", "node-01", "ecc_dbe", "gpu=3", "count=2", "when=upgrade", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stderr
+    fleet.ssh_ok("node-01", "apt-get install -y nvidia-driver-580-open=580.95.05-1 nvidia-fabricmanager-580=580.95.05-1")
+    dbe = "nvidia-smi --query-gpu=ecc.errors.uncorrected.volatile.total --format=csv,noheader -i 3"
+    assert fleet.ssh_ok("node-01", dbe).strip() == "0"  # staged: the running driver is still the old one
+    reboot(fleet, "node-01")
+    assert "580.95.05" in fleet.ssh_ok("node-01", "cat /proc/driver/nvidia/version")
+    assert fleet.ssh_ok("node-01", dbe).strip() == "2"
