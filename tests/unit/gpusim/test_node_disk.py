@@ -105,7 +105,7 @@ def test_a_workdir_the_nodes_overlay_is_refused(path, what):
     assert what in node.overlay_problem(pathlib.Path(path))
 
 
-@pytest.mark.parametrize("path", ["/tmp/pytest-of-root/gpusim0/fleet", "/work/repo/.gpusim", "/var/libx", "/etcetera"])
+@pytest.mark.parametrize("path", ["/tmp/fleet-a/fleet", "/srv/checkout/.gpusim", "/var/libx", "/etcetera"])
 def test_a_workdir_outside_the_overlays_is_accepted(path):
     assert node.overlay_problem(pathlib.Path(path)) is None
 
