@@ -140,7 +140,7 @@ class RolloutFleet(BaseFleet):
             "gpufleet_capacity_wait_seconds": 120, "gpufleet_drain_timeout": 120, "gpufleet_reboot_timeout": 60,
             "gpufleet_stop_file": str(self.workdir / "gpufleet.stop"),
             "gpufleet_state_file": STATE_FILE,
-            "nvidia_driver_runfiles": self.runfiles, "nvidia_driver_reboot_timeout": 60,
+            "nvidia_driver_runfiles": self.runfiles, "nvidia_driver_reboot_timeout": 60, "nvidia_driver_poll_interval": 1,
             "gpu_validate_poll_interval": 1, "gpu_validate_level": "quick", "node_maintenance_poll_interval": 1,
             # Kernel holds are the driver role's own test (test_nvidia_driver.py); here they would only add tasks.
             "nvidia_driver_hold_kernel": False,

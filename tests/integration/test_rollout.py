@@ -1,25 +1,33 @@
-"""playbooks/upgrade.yml on 13 simulated nodes over real SSH and real Slurm: the happy path with running jobs and a
-node someone else drained, the second run that changes nothing, then a canary that fails validation.
+"""playbooks/upgrade.yml on 13 simulated nodes in 5 racks over real SSH and real Slurm: the happy path with running
+jobs, a node someone else drained and waves spread over the racks (gpufleet_wave_max_per_domain 1), the second run
+that changes nothing, a canary that fails validation, then playbooks/rollback.yml on nodes named on demand.
 
 The fleet (tests/fixtures/rollout/fleet-happy.yml, 127.0.25.x, slurmctld on 18500): PCIe L40S nodes on driver
-550.90.07, BOM 570.124.06. Slurm's own node states are sampled during each run (rollout_helpers.Sampler): the
-capacity invariant is checked from that log, not from the playbook's output.
+570.124.06, BOM 580.95.05. Slurm's own node states are sampled during each run (rollout_helpers.Sampler): the
+capacity and rack invariants are checked from that log and from the nodes' own phase times, not from the playbook's
+output. (One fleet for all of it: each rollout costs minutes, and the suite's time is a budget.)
 Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
     .venv/bin/python -m pytest tests/integration/test_rollout.py -m integration -q
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 
 import pytest
-from fleet import TESTS, fleet_up, needs_fleet
-from rollout_helpers import NEW, OLD, RolloutFleet, max_unavailable, recap, report_json, waves_of, write_runfiles
+from fleet import REPO, TESTS, fleet_up, needs_fleet
+from rollout_helpers import NEW, OLD, RolloutFleet, by_time, max_unavailable, recap, report_json, unavailable, waves_of, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
 NEWER = "595.45.04"
 ADMIN_REASON = "admin: fan 3 replaced, burn-in pending"
 MAX_UNAVAILABLE = 4
+ROLLBACK = REPO / "playbooks" / "rollback.yml"
+# The spec's group vars: each node's rack (gpu-13, the pre-drained node, alone in r5).
+RACKS = {f"gpu-{i:02d}": f"r{(i - 1) // 3 + 1}" for i in range(1, 14)}
+SPREAD = {"gpufleet_wave_spread_by": ["rack"], "gpufleet_wave_max_per_domain": 1}
 
 pytestmark = needs_fleet()
 
@@ -57,7 +65,8 @@ def happy(fleet, tmp_path_factory):
     fleet.wait_jobs_running(list(jobs.values()))
     before = {name: fleet.state_file(name) for name in fleet.names}
     sampler = fleet.sampler(out / "slurm-states.jsonl")
-    done = fleet.upgrade(out / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_failure_budget=0)
+    done = fleet.upgrade(out / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_failure_budget=0,
+                         **SPREAD)
     samples = sampler.stop()
     return {"run": done, "jobs": jobs, "samples": samples, "report": out / "report", "before": before, "job_states": sampler.jobs}
 
@@ -119,9 +128,44 @@ def test_the_report_tells_what_happened(happy):
     assert (upgraded["before"]["driver"], upgraded["after"]["driver"]) == (OLD, NEW)
 
 
+def out_of_service(fleet, name):
+    """(start, end) of the node's time out of service: its drain's start to its resume's end (its own state file)."""
+    drain, resume = fleet.phase(name, "drain"), fleet.phase(name, "resume")
+    assert drain and resume and resume["end"], (name, fleet.phases(name))
+    return drain["start"], resume["end"]
+
+
+def test_the_plan_spreads_each_wave_over_racks(happy):
+    waves = waves_of(report_json(happy["report"]))
+    assert len(waves) >= 4, waves
+    for wave in waves.values():
+        racks = [RACKS[n] for n in wave]
+        assert len(racks) == len(set(racks)), (wave, racks)
+
+
+def test_no_two_nodes_of_a_rack_were_out_at_once_by_their_own_times(fleet, happy):
+    nodes = [n for n in RACKS if n != "gpu-13"]
+    spans = {name: out_of_service(fleet, name) for name in nodes}
+    for a, b in itertools.combinations(nodes, 2):
+        if RACKS[a] == RACKS[b]:
+            (a0, a1), (b0, b1) = spans[a], spans[b]
+            assert a1 <= b0 or b1 <= a0, f"{a} {spans[a]} and {b} {spans[b]} (rack {RACKS[a]}) overlap"
+    # Nodes of different racks did overlap: the waves ran nodes in parallel.
+    assert any(not (spans[a][1] <= spans[b][0] or spans[b][1] <= spans[a][0])
+               for a, b in itertools.combinations(nodes, 2) if RACKS[a] != RACKS[b])
+
+
+def test_no_two_nodes_of_a_rack_were_out_at_once_in_slurms_states(happy):
+    for t, nodes in by_time(happy["samples"]).items():
+        out = [n for n in RACKS if n in nodes and unavailable(nodes[n]["state"])]
+        racks = [RACKS[n] for n in out]
+        assert len(racks) == len(set(racks)), (t, out)
+
+
 def test_a_second_run_changes_nothing(fleet, happy):
     """The same command again (the same report folder: the rollout's evidence is rewritten only where it changed)."""
-    done = fleet.upgrade(happy["report"], gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_failure_budget=0)
+    done = fleet.upgrade(happy["report"], gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_failure_budget=0,
+                         **SPREAD)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     changed = {host: counts["changed"] for host, counts in recap(done.stdout).items()}
     assert changed and set(changed.values()) == {0}, (changed, changed_tasks(done.stdout))
@@ -139,7 +183,7 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
     before = {n: (fleet.state_file(n), fleet.node(n)) for n in others}
     bom = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
            "cuda": ["12.4"]}
-    done = fleet.upgrade(tmp_path / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_bom=bom)
+    done = fleet.upgrade(tmp_path / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_bom=bom, **SPREAD)
     assert done.returncode != 0
     assert "the canary failed" in done.stdout and canary in done.stdout, done.stdout[-5000:]
     # Rolled back to the driver it ran before, validated, back in service.
@@ -161,3 +205,29 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
     # Who decided it: the driver role saw the lost GPU right after the install (nvidia-smi: gpu_lost), or validation the Xid.
     assert record["rollback"]["result"] == "validated", record
     assert any(word in record["rollback"]["reason"].lower() for word in ("gpu_lost", "xid")), record["rollback"]
+
+
+def test_rollback_playbook_restores_the_named_nodes_and_keeps_someone_elses_drain(fleet, happy, tmp_path):
+    """playbooks/rollback.yml, asked for two upgraded nodes and gpu-13 (a person's drain): the two are back on the driver
+    they ran before the rollout (their last known good), validated and in service; gpu-13 is not touched: its drain,
+    its reason and its state file (no lock left behind) are as they were, and the run says why it was refused."""
+    waves = waves_of(report_json(happy["report"]))
+    targets = [waves[1][0], waves[2][0]]
+    before13 = fleet.state_file("gpu-13")
+    extra = {**fleet.extra_vars(tmp_path / "report"), "gpufleet_rollback_nodes": ",".join([*targets, "gpu-13"])}
+    done = fleet.ansible_playbook(ROLLBACK, "-f", "4", "-e", json.dumps(extra), timeout=900)
+    counts = recap(done.stdout)
+    for name in targets:
+        assert counts[name]["failed"] == 0, (name, done.stdout[-6000:])
+        assert fleet.driver(name) == OLD, name
+        section = fleet.rollout_section(name)
+        assert (section["status"], section["result"]) == ("done", "rolled_back"), (name, section)
+        assert [p["status"] for p in section["phases"] if p["name"] == "rollback"] == ["ok"], section["phases"]
+        assert "DRAIN" not in fleet.node(name)["state"], fleet.node(name)
+    # gpu-13: refused by name, nothing changed.
+    assert done.returncode != 0 and counts["gpu-13"]["failed"] == 1, done.stdout[-4000:]
+    assert "gpu-13 is out of service for someone else" in done.stdout, done.stdout[-4000:]
+    node = fleet.node("gpu-13")
+    assert "DRAIN" in node["state"] and node["reason"].startswith(ADMIN_REASON), node
+    assert fleet.state_file("gpu-13") == before13
+    assert fleet.driver("gpu-13") == OLD
