@@ -23,7 +23,16 @@ description:
     counting, so failures brake the rollout.
   - Otherwise the task polls every O(poll_interval) seconds for at most O(wait_timeout) seconds and then fails with the unavailable
     nodes, their state, reason and whose they are (this rollout's, by its reason marker, or others'), the budget and what to do.
-  - Runs on any host with the Slurm client commands (C(delegate_to) the Slurm client, C(run_once)); it changes nothing.
+  - >-
+    Reading and draining are two steps: two admissions at once (two slices of one AWX job, two controllers) could both read the
+    same free capacity and both drain. With O(drain_admitted=true) the admission itself drains the admitted nodes (with this
+    rollout's marker, which the rollout's own drain then takes over), and it reads, judges and drains under a Slurm reservation
+    named C(OWNER_TAG-admission) used as a mutex, so the next admission reads them drained. slurmctld refuses a second
+    reservation of that name, which makes taking it atomic whatever host runs scontrol; it lasts 2 minutes at most, so a holder
+    that dies frees it by expiry. It sits on the first pool node (flags C(IGNORE_JOBS,OVERLAP), no C(MAINT)): that node stays
+    available, and for the instant the reservation exists only its user may start new jobs there.
+  - Runs on any host with the Slurm client commands (C(delegate_to) the Slurm client, C(run_once)); without O(drain_admitted)
+    it changes nothing.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -32,15 +41,16 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reads Slurm once and never waits; reports RV(admitted) without failing (a warning says why it would refuse).
+      - Reads Slurm once and never waits; reports RV(admitted) and the nodes it would drain without failing (a warning says why
+        it would refuse). It takes no mutex and drains nothing.
   diff_mode:
-    support: N/A
+    support: full
     details:
-      - This action does not modify state.
+      - With O(drain_admitted), the drained nodes' state before and after.
   idempotent:
     support: full
     details:
-      - This action does not modify state.
+      - A node already out of service is counted, not drained again; a second call with the same O(admit) drains nothing more.
 options:
   pool:
     description: The Slurm node names whose capacity the budget protects (C(gpufleet_capacity_pool)).
@@ -70,9 +80,23 @@ options:
     description: The rollout; a node whose reason is this rollout's marker (C(OWNER_TAG:ROLLOUT_ID:) and a text) is reported as ours.
     type: str
   owner_tag:
-    description: The first part of the marker, as given to M(gpufleet.lifecycle.slurm_node).
+    description: The first part of the marker, as given to M(gpufleet.lifecycle.slurm_node); also names the admission mutex.
     type: str
     default: gpufleet
+  drain_admitted:
+    description:
+      - Drain the admitted O(admit) nodes that are in service, in the same step as the reading, under the admission mutex, so that
+        concurrent admissions (job slices, several controllers) never both take the same free capacity.
+      - >-
+        Needs O(rollout_id) (the drain's reason is C(OWNER_TAG:ROLLOUT_ID: DRAIN_REASON)) and a Slurm administrator or operator.
+    type: bool
+    default: false
+    version_added: 0.2.0
+  drain_reason:
+    description: The text after the marker in the drain's reason (one line, 1 to 200 characters).
+    type: str
+    default: admitted by slurm_capacity
+    version_added: 0.2.0
   scontrol_path:
     description: The C(scontrol) binary; found on the C(PATH) when not given.
     type: path
@@ -145,6 +169,12 @@ admit:
   type: list
   elements: str
   sample: [gpu-05, gpu-09]
+drained:
+  description: The O(admit) nodes this call drained (O(drain_admitted)); in check mode, the ones it would drain.
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu-05]
 waited_s:
   description: Seconds spent waiting for capacity.
   returned: always
@@ -173,6 +203,8 @@ def main():
             rollout_id=dict(type="str"),
             owner_tag=dict(type="str", default="gpufleet"),
             scontrol_path=dict(type="path"),
+            drain_admitted=dict(type="bool", default=False),
+            drain_reason=dict(type="str", default="admitted by slurm_capacity"),
         ),
         supports_check_mode=True,
     )
@@ -186,6 +218,10 @@ def main():
         module.fail_json(**kwargs)
     for note in result.pop("warnings_text", []):
         module.warn(note)
+    if module._diff and result["drained"]:
+        result["diff"] = {"before": {name: "in service" for name in result["drained"]},
+                          "after": {name: f"DRAIN: {module.params['owner_tag']}:{module.params['rollout_id']}: {module.params['drain_reason']}"
+                                    for name in result["drained"]}}
     module.exit_json(**result)
 
 

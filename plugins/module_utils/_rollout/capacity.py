@@ -13,10 +13,19 @@ or asked to power down), in the FUTURE, UNKNOWN or ERROR base state, or not at a
 A wave is admitted when ``|unavailable | admit| <= budget``; otherwise it waits (polling, bounded by
 ``wait_timeout``) and then refuses, listing the unavailable nodes, their state and reason, and whose
 they are.
+
+Reading and draining are two steps, so two callers at once (two slices of one AWX job, two controllers)
+could both read the same free capacity and both drain: more out than the budget. With ``drain_admitted``
+the admission closes that gap in the scheduler itself: under a Slurm reservation used as a mutex (its
+name is unique in slurmctld, so creating it is an atomic test-and-set; it expires by itself after
+``MUTEX_MINUTES`` if its holder dies), it reads, judges and drains the admitted nodes with this rollout's
+marker before it lets the next caller read. The next reader sees them drained.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
@@ -39,6 +48,12 @@ UNAVAILABLE_FLAGS = frozenset(
     ("DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINTENANCE", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "POWERING_UP")
 )
 NOT_IN_SLURM = "not known to Slurm"
+# The admission mutex: a reservation on one pool node, alive for at most this long if its holder dies.
+MUTEX_MINUTES = 2
+MUTEX_RETRY = 1  # seconds between two tries while another admission holds the mutex
+DRAIN_REASON = re.compile(r"[^\n\r]{1,200}")
+# What scontrol says when the reservation's name is taken (slurmctld ESLURM_RESERVATION_NAME_DUP, and older wordings).
+MUTEX_TAKEN = re.compile(r"(?i)duplicate reservation name|reservation name .*(exists|in use)|name is (already )?in use")
 
 
 class CapacityArgumentError(GpufleetError):
@@ -109,6 +124,15 @@ def check_params(params):
     owner_tag = params.get("owner_tag")
     if not isinstance(owner_tag, str) or not OWNER_TAG.fullmatch(owner_tag):
         raise CapacityArgumentError(f"owner_tag {owner_tag!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option="owner_tag")
+    drain_admitted = params.get("drain_admitted", False)
+    if not isinstance(drain_admitted, bool):
+        raise CapacityArgumentError(f"drain_admitted must be true or false, got {drain_admitted!r}", option="drain_admitted")
+    drain_reason = params.get("drain_reason") or "admitted by slurm_capacity"
+    if not isinstance(drain_reason, str) or not DRAIN_REASON.fullmatch(drain_reason):
+        raise CapacityArgumentError(f"drain_reason {drain_reason!r} must be one line of 1 to 200 characters", option="drain_reason")
+    if drain_admitted and rollout_id is None:
+        raise CapacityArgumentError("drain_admitted needs rollout_id: the drain carries the rollout's marker (OWNER_TAG:ROLLOUT_ID: TEXT), so "
+                                    "that the rollout's own drain takes it over and only this rollout resumes it", option="rollout_id")
     return {
         "pool": pool,
         "admit": admit,
@@ -118,6 +142,8 @@ def check_params(params):
         "poll_interval": _seconds(params, "poll_interval", 1, MAX_POLL),
         "rollout_id": rollout_id,
         "owner_tag": owner_tag,
+        "drain_admitted": drain_admitted,
+        "drain_reason": f"{owner_tag}:{rollout_id}: {drain_reason}" if drain_admitted else None,
     }
 
 
@@ -203,35 +229,134 @@ def refusal(options, found, waited, samples):
     )
 
 
+class AdmissionMutex:
+    """A Slurm reservation named ``<owner_tag>-admission`` on one pool node: whoever creates it holds the mutex.
+
+    slurmctld refuses a second reservation of the same name, so the creation is an atomic test-and-set in the
+    scheduler, shared by every controller and every slice whatever host runs scontrol. It lasts MUTEX_MINUTES at
+    most (a holder that dies frees it by expiry), IGNORE_JOBS and OVERLAP let it sit on a busy or already reserved
+    node, and it takes nothing out of service (no MAINT flag: the node stays available; for the instant it exists,
+    only the reservation's user may start new jobs on that one node).
+    """
+
+    def __init__(self, scontrol, owner_tag, node):
+        self.scontrol, self.node = scontrol, node
+        self.name = f"{owner_tag}-admission"
+        self.held = False
+        self.notes = []  # a release that failed: the drain is done, the mutex expires by itself (a warning, not a failure)
+
+    def _user(self):
+        try:
+            return pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            return str(os.geteuid())
+
+    def acquire(self):
+        """True when this call now holds the mutex, False when another admission holds it; CapacityError otherwise."""
+        argv = ["create", "reservation", f"ReservationName={self.name}", "StartTime=now", f"Duration={MUTEX_MINUTES}",
+                f"Nodes={self.node}", f"Users={self._user()}", "Flags=IGNORE_JOBS,OVERLAP"]
+        rc, out, err = self.scontrol.run(argv, ok_rcs=None, timeout=CALL_TIMEOUT)
+        if rc == 0:
+            self.held = True
+            return True
+        if MUTEX_TAKEN.search(f"{out}\n{err}"):
+            return False
+        raise CapacityError(
+            f"scontrol create reservation {self.name} (the admission mutex) failed with exit status {rc}: {(err or out).strip()[:500]}. "
+            "drain_admitted needs a Slurm administrator or operator (the user that drains nodes) on this host",
+            cmd=[self.scontrol.path, *argv], rc=rc, stdout=out, stderr=err,
+        )
+
+    def release(self):
+        if not self.held:
+            return
+        self.held = False
+        argv = ["delete", f"ReservationName={self.name}"]
+        rc, out, err = self.scontrol.run(argv, ok_rcs=None, timeout=CALL_TIMEOUT)
+        if rc != 0:
+            self.notes.append(f"scontrol delete reservation {self.name} (the admission mutex) failed with exit status {rc}: "
+                              f"{(err or out).strip()[:300]}. It expires by itself within {MUTEX_MINUTES} minutes; until then other "
+                              "admissions wait")
+
+
+def drain(scontrol, nodes, reason):
+    """Drain ``nodes`` (one ``scontrol update``) with the rollout's marker; CapacityError when Slurm refuses."""
+    argv = ["update", f"NodeName={','.join(nodes)}", "State=DRAIN", f"Reason={reason}"]
+    rc, out, err = scontrol.run(argv, ok_rcs=None, timeout=CALL_TIMEOUT)
+    if rc != 0:
+        raise CapacityError(f"scontrol update State=DRAIN of {', '.join(nodes)} failed with exit status {rc}: {(err or out).strip()[:500]}",
+                            cmd=[scontrol.path, *argv], rc=rc, stdout=out, stderr=err)
+
+
+def _admit_once(scontrol, options, mutex, check_mode):
+    """One try: ``(found, drained)``; found is None when another admission holds the mutex (nothing was read)."""
+    if mutex is None or check_mode:
+        return assess(read_nodes(scontrol), options), []
+    if not mutex.acquire():
+        return None, []
+    try:
+        found = assess(read_nodes(scontrol), options)
+        drained = []
+        if found["admitted"]:
+            out = {entry["node"] for entry in found["unavailable"]}
+            drained = [name for name in options["admit"] if name not in out]
+            if drained:
+                drain(scontrol, drained, options["drain_reason"])
+        return found, drained
+    finally:
+        mutex.release()
+
+
 def run(module, params, clock=None):
     """Read Slurm until the wave fits the budget or ``wait_timeout`` passes; the module's result, or CapacityError (with ``result``)."""
     options = check_params(params)
     clock = _clock.get(clock)
     scontrol = CapacityScontrol(module, path=params.get("scontrol_path"), required=True)
+    mutex = AdmissionMutex(scontrol, options["owner_tag"], sorted(options["pool"])[0]) if options["drain_admitted"] and options["admit"] else None
     started = clock.now()
     samples = 0
+    found, drained, contended = None, [], 0
     while True:
-        found = assess(read_nodes(scontrol), options)
-        samples += 1
+        try_found, drained = _admit_once(scontrol, options, mutex, module.check_mode)
+        if try_found is None:
+            contended += 1
+        else:
+            found = try_found
+            samples += 1
         waited = max(0.0, clock.now() - started)
-        if found["admitted"] or module.check_mode or waited >= options["wait_timeout"]:
+        if (found is not None and (found["admitted"] or module.check_mode)) or waited >= options["wait_timeout"]:
             break
-        clock.sleep(min(options["poll_interval"], options["wait_timeout"] - waited))
+        pause = MUTEX_RETRY if try_found is None else options["poll_interval"]
+        clock.sleep(min(pause, max(options["wait_timeout"] - waited, 0)))
+    if found is None:  # the mutex stayed taken for the whole wait: read once, without it, to say what Slurm shows
+        found = assess(read_nodes(scontrol), options)
+        found["admitted"] = False
+        samples += 1
     result = {
-        "changed": False,
+        "changed": bool(drained),
         "admitted": found["admitted"],
         "budget": options["budget"],
         "pool_size": len(options["pool"]),
         "unavailable": found["unavailable"],
         "counted": found["counted"],
         "admit": options["admit"],
+        "drained": drained,
         "waited_s": round(waited, 3),
         "samples": samples,
     }
+    if mutex is not None and mutex.notes:
+        result["warnings_text"] = list(mutex.notes)
+    if module.check_mode and options["drain_admitted"] and found["admitted"]:
+        out = {entry["node"] for entry in found["unavailable"]}
+        result["drained"] = [name for name in options["admit"] if name not in out]
+        result["changed"] = bool(result["drained"])
     if not found["admitted"]:
         message = refusal(options, found, waited, samples)
+        if contended:
+            message += (f" Another admission held the Slurm reservation {options['owner_tag']}-admission (the admission mutex) at "
+                        f"{contended} of the tries; it expires by itself within {MUTEX_MINUTES} minutes if its holder died")
         if module.check_mode:
-            result["warnings_text"] = [f"check mode: {message}"]
+            result["warnings_text"] = [*result.get("warnings_text", []), f"check mode: {message}"]
             return result
         error = CapacityError(message)
         error.result = result
