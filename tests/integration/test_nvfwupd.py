@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import glob
 import json
+import os
 import socket
 import ssl
 import threading
@@ -141,8 +142,22 @@ def packages(tmp_path_factory):
     return new, old
 
 
+@pytest.fixture(scope="module", autouse=True)
+def private_tmp(tmp_path_factory):
+    """This file's own TMPDIR for the module (it runs on the controller): its private folders are looked for there, not in
+    /tmp, where another test's nvfwupd run (test_roles_compose, run at the same time by pytest-xdist) keeps its own."""
+    folder = tmp_path_factory.mktemp("nvfwupd-tmp")
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    yield folder
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+
+
 def _private_folders():
-    return glob.glob("/tmp/gpufleet-nvfwupd-*")
+    return glob.glob(os.path.join(os.environ["TMPDIR"], "gpufleet-nvfwupd-*"))
 
 
 def test_check_mode_is_the_plan_and_flashes_nothing(fleet, packages):
