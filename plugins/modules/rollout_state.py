@@ -64,6 +64,11 @@ options:
   detail:
     description: Why a phase ended as it did (a failed check, a skip reason); at most 4000 characters.
     type: str
+  next_phase:
+    description:
+      - With O(action=phase) and a closing O(status), the phase that follows, opened (V(started)) in the same write of the state file.
+      - One task on the node instead of two, at every step of every node of a rollout. If it is open already, its start is kept.
+    type: str
   result:
     description: The node's result with O(action=finish).
     type: str
@@ -206,6 +211,7 @@ def main():
             phase=dict(type="str"),
             status=dict(type="str", choices=["started", "ok", "failed", "skipped"]),
             detail=dict(type="str"),
+            next_phase=dict(type="str"),
             result=dict(type="str", choices=["upgraded", "unchanged", "rolled_back", "failed_drained", "skipped"]),
             wave=dict(type="int"),
             stale_after=dict(type="int", default=DEFAULT_STALE),

@@ -151,7 +151,7 @@ class RolloutFleet(BaseFleet):
         return [str(ANSIBLE_PLAYBOOK), "-i", str(self.inventory), str(UPGRADE), "-f", str(forks),
                 "-e", json.dumps(self.extra_vars(report_dir, **extra))]
 
-    def upgrade(self, report_dir: pathlib.Path, *, timeout: float = 900, forks: int = 16, **extra) -> subprocess.CompletedProcess:
+    def upgrade(self, report_dir: pathlib.Path, *, timeout: float = 1800, forks: int = 16, **extra) -> subprocess.CompletedProcess:
         """Run playbooks/upgrade.yml to its end."""
         return run(self.upgrade_cmd(report_dir, forks=forks, **extra), env=ansible_env(), timeout=timeout)
 

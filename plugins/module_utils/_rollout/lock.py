@@ -73,6 +73,14 @@ def check_params(params):
         raise RolloutStateArgumentError(f"status must be one of {', '.join(PHASE_STATUSES)}, got {status!r}", option="status")
     if action == "phase" and (phase is None or status is None):
         raise RolloutStateArgumentError("action=phase needs phase (its name) and status (started, ok, failed or skipped)", option="phase")
+    next_phase = params.get("next_phase")
+    if next_phase is not None:
+        if not isinstance(next_phase, str) or not PHASE_NAME.fullmatch(next_phase):
+            raise RolloutStateArgumentError(f"next_phase {next_phase!r} must be a phase name (lower-case letters, digits and _, for example "
+                                            "driver)", option="next_phase")
+        if action != "phase" or status == "started" or next_phase == phase:
+            raise RolloutStateArgumentError("next_phase opens the phase that follows the one this call closes: it needs action=phase, a closing "
+                                            "status (ok, failed or skipped) and another phase's name", option="next_phase")
     result = params.get("result")
     if result is not None and result not in RESULTS:
         raise RolloutStateArgumentError(f"result must be one of {', '.join(RESULTS)}, got {result!r}", option="result")
@@ -203,6 +211,21 @@ def _phase(rollout, options, now):
     return True
 
 
+def _phase_then_next(rollout, options, now):
+    """Close ``phase`` and, with ``next_phase``, open the next one in the same write (one task on the node, not two)."""
+    following = options.get("next_phase")
+    if not following:
+        return _phase(rollout, options, now)
+    opening = {"phase": following, "status": "started", "detail": None, "wave": options.get("wave")}
+    last = _find(rollout["phases"], options["phase"], open_only=False)
+    detail = options.get("detail")
+    if (rollout["phase"] == following and last is not None and last.get("end") is not None and last["status"] == options["status"]
+            and (detail is None or last.get("detail") == detail)):
+        return _phase(rollout, opening, now)  # a re-run: closed as asked, and the next one is open already
+    closed = _phase(rollout, options, now)
+    return _phase(rollout, opening, now) or closed
+
+
 def apply(doc, options, now, node, warnings):
     """Change ``doc`` for the action (``_state.update``'s change function); True when it changed. LockRefused when refused."""
     rollout = section(doc)
@@ -214,7 +237,7 @@ def apply(doc, options, now, node, warnings):
     elif action == "phase":
         if rollout["id"] != rollout_id or rollout["status"] != "running":
             raise _not_held(rollout, rollout_id, node)
-        changed = _phase(rollout, options, now)
+        changed = _phase_then_next(rollout, options, now)
     elif action == "finish":
         if rollout["id"] != rollout_id:
             raise _not_held(rollout, rollout_id, node)

@@ -274,3 +274,49 @@ def test_bad_options_are_refused_before_the_file_is_touched(node, args, words):
     result = node(**args)
     assert result["failed"] is True and words in result["msg"], result["msg"]
     assert not node.path.parent.exists()
+
+
+def test_next_phase_closes_one_phase_and_opens_the_next_in_one_write(node):
+    acquire(node)
+    node(action="phase", phase="drain", status="started", wave=2)
+    node.clock.now_s += 30
+    result = node(action="phase", phase="drain", status="ok", detail="waited for 1 job", next_phase="driver", wave=2)
+    assert result["changed"] is True and result["rollout"]["phase"] == "driver"
+    assert result["rollout"]["phases"] == [
+        {"name": "drain", "start": T0, "end": T0 + 30, "status": "ok", "detail": "waited for 1 job"},
+        {"name": "driver", "start": T0 + 30, "end": None, "status": "started", "detail": None},
+    ]
+    # The same call again (a re-run): the drain is closed and the driver open already; its start is kept.
+    node.clock.now_s += 5
+    again = node(action="phase", phase="drain", status="ok", detail="waited for 1 job", next_phase="driver", wave=2)
+    assert [p["start"] for p in again["rollout"]["phases"]] == [T0, T0 + 30]
+    # The next one closes the driver as usual.
+    node.clock.now_s += 10
+    closed = node(action="phase", phase="driver", status="ok", next_phase="activate")
+    assert [(p["name"], p["status"]) for p in closed["rollout"]["phases"]] == [("drain", "ok"), ("driver", "ok"), ("activate", "started")]
+
+
+def test_next_phase_in_check_mode_writes_nothing(node):
+    acquire(node)
+    node(action="phase", phase="drain", status="started")
+    before = node.path.read_bytes()
+    result = node(check_mode=True, action="phase", phase="drain", status="ok", next_phase="driver")
+    assert result["changed"] is True and result["rollout"]["phase"] == "driver"
+    assert node.path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"action": "phase", "phase": "drain", "status": "started", "next_phase": "driver"}, "a closing status"),
+        ({"action": "phase", "phase": "drain", "status": "ok", "next_phase": "drain"}, "another phase's name"),
+        ({"action": "phase", "phase": "drain", "status": "ok", "next_phase": "Driver\n"}, "next_phase 'Driver\\n' must be a phase name"),
+        ({"action": "finish", "result": "upgraded", "next_phase": "driver"}, "needs action=phase"),
+    ],
+)
+def test_a_wrong_next_phase_is_refused_and_nothing_written(node, args, words):
+    acquire(node)
+    before = node.path.read_bytes()
+    result = node(**args)
+    assert result["failed"] is True and words in result["msg"], result["msg"]
+    assert node.path.read_bytes() == before
