@@ -49,8 +49,12 @@ sanity: venv
 unit: venv
 	$(BIN)/python -m pytest tests/unit -q -n auto -p no:cacheprovider
 
+# Two files at a time (each file its own fleet, loopback range and Slurm ports; a file never splits, so its fleet is
+# brought up once): the simulated fleets wait on Slurm, reboots and polls, and another file's tasks use that time.
+# INTEGRATION_WORKERS=0 runs them one after the other.
+INTEGRATION_WORKERS ?= 2
 integration: venv
-	$(BIN)/python -m pytest tests/integration -q -p no:cacheprovider -m integration
+	$(BIN)/python -m pytest tests/integration -q -p no:cacheprovider -m integration -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30
 
 build: venv
 	rm -rf build/dist && mkdir -p build/dist build/installed

@@ -1,0 +1,82 @@
+"""Every simulated fleet of the test suite has its own node addresses, BMC addresses and Slurm ports.
+
+`make integration` runs two test files at a time (pytest-xdist, --dist loadfile): two fleets brought up at once must
+not share a loopback range (sshd binds 127.0.L.N:22), a BMC range (L+100 by default, port 443) or a Slurm port range
+(slurmctld on P, each slurmd on P+1+index). The specs are the YAML files under tests/ (fixtures and gpusim/specs) and
+the specs written inline in the integration tests.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+import yaml
+
+TESTS = pathlib.Path(__file__).resolve().parents[2]
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from gpusim import spec  # noqa: E402
+
+# make demo's two specs share one range on purpose: make demo brings up one of them, never both, and no test runs them.
+SHARED = {frozenset({"gpusim/specs/demo-16.yml", "gpusim/specs/demo-rollout-24.yml"})}
+INLINE_NODES = 20  # an inline spec of an integration test is assumed to hold at most this many nodes
+
+
+def fleets():
+    """[(where, {node loopback}, {BMC loopback}, first Slurm port, last Slurm port)] of every spec in tests/."""
+    out = []
+    for path in sorted(TESTS.rglob("*.yml")):
+        if "unit" in path.relative_to(TESTS).parts:
+            continue
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError:
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("fleet"), dict) or "nodes" not in data:
+            continue
+        fleet = spec.parse(data, str(path))
+        nets = {octet(n.address) for n in fleet.nodes}
+        bmcs = {octet(n.bmc_address) for n in fleet.nodes if n.bmc_address}
+        out.append((str(path.relative_to(TESTS)), nets, bmcs, fleet.slurm_port, fleet.slurm_port + 1 + len(fleet.nodes)))
+    for path in sorted((TESTS / "integration").glob("*.py")):
+        text = path.read_text()
+        for loopback, port in re.findall(r"loopback:\s*(\d+)\b.*?slurm_port:\s*(\d+)", text, re.S):
+            out.append((str(path.relative_to(TESTS)), {int(loopback)}, {int(loopback) + 100}, int(port), int(port) + 1 + INLINE_NODES))
+    return out
+
+
+def octet(address):
+    """127.0.L.N (or 127.0.L.N:PORT) -> L."""
+    return int(address.split(":")[0].split(".")[2])
+
+
+def shared(a, b):
+    return a == b or frozenset({a, b}) in SHARED
+
+
+def test_the_specs_are_found():
+    where = {f[0] for f in fleets()}
+    assert "fixtures/rollout/fleet-happy.yml" in where and any(w.startswith("integration/") for w in where), sorted(where)
+
+
+def test_no_two_fleets_share_node_or_bmc_addresses():
+    found = fleets()
+    for i, (where_a, lo_a, bmc_a, _p, _q) in enumerate(found):
+        for where_b, lo_b, bmc_b, _r, _s in found[i + 1:]:
+            if shared(where_a, where_b):
+                continue
+            clash = (lo_a | bmc_a) & (lo_b | bmc_b)
+            assert not clash, f"{where_a} and {where_b} both use 127.0.{min(clash)}.x: give one its own fleet.loopback"
+
+
+def test_no_two_fleets_share_slurm_ports():
+    found = fleets()
+    for i, (where_a, _l, _b, first_a, last_a) in enumerate(found):
+        for where_b, _m, _c, first_b, last_b in found[i + 1:]:
+            if shared(where_a, where_b):
+                continue
+            assert last_a < first_b or last_b < first_a, (
+                f"{where_a} (Slurm ports {first_a}-{last_a}) and {where_b} ({first_b}-{last_b}) overlap: give one its own fleet.slurm_port")
