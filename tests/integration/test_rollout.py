@@ -208,9 +208,11 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
 
 
 def test_rollback_playbook_restores_the_named_nodes_and_keeps_someone_elses_drain(fleet, happy, tmp_path):
-    """playbooks/rollback.yml, asked for two upgraded nodes and gpu-13 (a person's drain): the two are back on the driver
-    they ran before the rollout (their last known good), validated and in service; gpu-13 is not touched: its drain,
-    its reason and its state file (no lock left behind) are as they were, and the run says why it was refused."""
+    """playbooks/rollback.yml (its own default id: not the rollout's, which finished these nodes), asked for two
+    upgraded nodes and gpu-13 (a person's drain): the two are back on the driver they ran before the rollout (their last
+    known good), validated and in service; gpu-13 is not touched: its drain and reason are kept, its driver and the rest
+    of its state file are as they were, no lock is left on it, and the run says why it was refused. Run again, it
+    changes nothing on the two."""
     waves = waves_of(report_json(happy["report"]))
     targets = [waves[1][0], waves[2][0]]
     before13 = fleet.state_file("gpu-13")
@@ -229,5 +231,14 @@ def test_rollback_playbook_restores_the_named_nodes_and_keeps_someone_elses_drai
     assert "gpu-13 is out of service for someone else" in done.stdout, done.stdout[-4000:]
     node = fleet.node("gpu-13")
     assert "DRAIN" in node["state"] and node["reason"].startswith(ADMIN_REASON), node
-    assert fleet.state_file("gpu-13") == before13
+    after13 = fleet.state_file("gpu-13")
+    assert {k: v for k, v in after13.items() if k not in ("rollout", "history")} == {
+        k: v for k, v in before13.items() if k not in ("rollout", "history")}
+    assert (after13.get("rollout") or {}).get("status") != "running", after13.get("rollout")
     assert fleet.driver("gpu-13") == OLD
+    # The same command again: the two are done by this rollback, nothing changes.
+    again = fleet.ansible_playbook(ROLLBACK, "-f", "4", "-e", json.dumps({**extra, "gpufleet_rollback_nodes": ",".join(targets)}),
+                                   timeout=900)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert {recap(again.stdout)[name]["changed"] for name in targets} == {0}, again.stdout[-4000:]
+    assert all(fleet.driver(name) == OLD for name in targets)
