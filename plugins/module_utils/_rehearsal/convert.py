@@ -73,6 +73,13 @@ def _check_report(report):
         if not isinstance(report.get(key), kind):
             hint = " (reports written before 0.2.0 have none: audit the fleet again)" if key == "boms" else ""
             raise RehearsalError(f"the report's {key!r} must be a {kind.__name__}, got {type(report.get(key)).__name__}{hint}")
+    seen = set()
+    for i, record in enumerate(report["nodes"]):
+        if not isinstance(record, dict):
+            raise RehearsalError(f"the report's nodes[{i}] must be a mapping, got {type(record).__name__}")
+        if record.get("name") in seen:
+            raise _node_error(record.get("name"), "name", "is in the report twice; a report holds each node once")
+        seen.add(record.get("name"))
 
 
 def _host_vars(name, values):
@@ -285,7 +292,7 @@ def audit_to_spec(report, name="rehearsal", loopback=40, slurm_port=16817, parti
     host_vars = host_vars or {}
     notes = []
     unreadable = sorted(set(report["unreachable"]) - exclude)
-    unreadable += sorted(n.get("name") for n in report["nodes"] if isinstance(n, dict) and n.get("status") == "error" and n.get("name") not in exclude)
+    unreadable += sorted(str(n.get("name")) for n in report["nodes"] if n.get("status") == "error" and n.get("name") not in exclude)
     if unreadable and not skip_unreadable:
         raise RehearsalError(f"the audit could not read {', '.join(map(str, unreadable))} (unreachable or error): a copy needs what "
                              "a node runs; audit them again, or leave them out (exclude, or skip_unreadable)", nodes=unreadable)
@@ -293,12 +300,12 @@ def audit_to_spec(report, name="rehearsal", loopback=40, slurm_port=16817, parti
         notes.append(f"left out, the audit could not read them: {', '.join(map(str, unreadable))}")
     if exclude:
         notes.append(f"left out by request: {', '.join(sorted(exclude))}")
-    unknown = sorted(set(host_vars) - {n.get("name") for n in report["nodes"] if isinstance(n, dict)})
+    unknown = sorted(set(host_vars) - {n.get("name") for n in report["nodes"]})
     if unknown:
         raise RehearsalError(f"host_vars names nodes the report does not hold: {', '.join(map(str, unknown))}")
 
     skus, shapes, groups = {}, {}, []
-    for record in sorted((n for n in report["nodes"] if isinstance(n, dict)), key=lambda n: str(n.get("name"))):
+    for record in sorted(report["nodes"], key=lambda n: str(n.get("name"))):
         if record.get("name") in exclude or record.get("status") == "error":
             continue
         sku = record.get("sku")
