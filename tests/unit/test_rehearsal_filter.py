@@ -60,18 +60,23 @@ def _playbook(tmp_path, *extra):
         "h100-01": {"ansible_host": "10.1.0.1", "rack": "r1", "nvlink_domain": "nvl-a"},
         "b200-03": {"ansible_host": "10.1.0.9", "rack": "r7", "bmc_password": "not-copied"},
     }}}))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="False")
+    # Run from tmp_path as a shell would (PWD set): relative paths are the caller's.
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="False",
+               PWD=str(tmp_path))
     return subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(PLAYBOOK), *extra],
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_the_playbook_writes_a_spec_gpusim_accepts_with_the_inventorys_racks(tmp_path):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "fleet-report.json").write_text(FIXTURE.read_text())
     dest = tmp_path / "copy.yml"
-    done = _playbook(tmp_path, "-e", f"gpufleet_rehearsal_report={FIXTURE}", "-e", f"gpufleet_rehearsal_spec={dest}",
+    done = _playbook(tmp_path, "-e", "gpufleet_rehearsal_report=reports/fleet-report.json", "-e", "gpufleet_rehearsal_spec=copy.yml",
                      "-e", "gpufleet_rehearsal_loopback=41", "-e", "gpufleet_rehearsal_slurm_port=16200", "-e", "gpufleet_rehearsal_name=copy")
     assert done.returncode == 0, done.stdout + done.stderr
     text = dest.read_text()
-    assert text.startswith(f"# A simulated copy of the fleet audited in {FIXTURE}")
+    assert text.startswith(f"# A simulated copy of the fleet audited in {tmp_path / 'reports' / 'fleet-report.json'} (the audit ran at\n"
+                           f"# {REPORT['generated_at']}), written by gpufleet.lifecycle.rehearse.")
     assert "#   - the copy starts with no Slurm jobs" in text
     fleet = spec.load(dest)
     assert fleet.name == "copy" and fleet.slurm_port == 16200 and len(fleet.nodes) == 16
