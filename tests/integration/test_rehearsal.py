@@ -79,4 +79,3 @@ def test_the_copy_of_an_audited_fleet_audits_the_same(tmp_path):
         assert after == before, before["name"]
     assert {k: v for k, v in second.items() if k != "generated_at"} == {k: v for k, v in first.items() if k != "generated_at"}
     assert second["generated_at"] != first["generated_at"]
-

@@ -221,8 +221,8 @@ def _out_of_band(name, hardware, nvswitch, notes):
             result[key] = versions[0]
     for key, value in result.items():
         if not isinstance(value, str) or not _FIRMWARE.fullmatch(value):
-            raise _node_error(name, f"hardware.firmware_inventory ({key})", f"{value!r} is not a version the simulator can serve "
-                                                                           "(letters, digits, . _ -; at most 63)")
+            raise _node_error(name, f"hardware.firmware_inventory ({key})",
+                              f"{value!r} is not a version the simulator can serve (letters, digits, . _ -; at most 63)")
     return result
 
 
