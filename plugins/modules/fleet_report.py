@@ -108,7 +108,12 @@ report:
       returned: always
       sample: {nodes: 16, ok: 11, drift: 3, unknown: 0, error: 1, unreachable: 1}
     nodes:
-      description: Per node, its status and every compared component with installed and wanted versions.
+      description:
+        - Per node, its status and every compared component with installed and wanted versions.
+        - C(hardware) is what the audit read of the node whatever its BOM names (kernel, driver, GPUs with their VBIOS,
+          NVSwitch, fabric manager, ConnectX ports with PSID, part number and firmware, and the BMC's firmware
+          inventory as member id to version, or V(null) when it was not read); V(null) for a node that could not be read.
+        - C(bom) only on a node whose BOM differs from its SKU's in RV(report.boms).
       type: list
       elements: dict
       returned: always
@@ -132,6 +137,11 @@ report:
       type: dict
       returned: always
       sample: {hgx-h100: {gpu_vbios: {96.00.74.00.0D: [gpu-a-001], 96.00.89.00.01: [gpu-a-002]}}}
+    boms:
+      description: Per SKU, the BOM its nodes were compared with.
+      type: dict
+      returned: always
+      sample: {hgx-h100: {driver: {version: 550.90.07, kernel_module: open}, nic_firmware: {MT_0000000838: 28.43.1014}}}
 files:
   description: Paths of the report files, by format.
   returned: always

@@ -40,6 +40,31 @@ def _bmc_inventory_state(bmc):
     return "read"
 
 
+def _hardware(facts, bmc):
+    """What the audit read of the node itself, BOM or not: enough to rebuild the node (a rehearsal copy, _rehearsal)."""
+    driver = facts.get("driver") or {}
+    nvswitch = facts.get("nvswitch") or {}
+    fm = facts.get("fabricmanager") or {}
+    inventory = None
+    if bmc and isinstance(bmc.get("entries"), list):
+        inventory = {e["Id"]: e.get("Version") for e in bmc["entries"] if isinstance(e, dict) and isinstance(e.get("Id"), str)}
+    return {
+        "kernel": facts.get("kernel"),
+        "driver": {key: driver.get(key) for key in ("installed", "loaded", "version", "flavor")},
+        "nvidia_smi": facts.get("nvidia_smi"),
+        "gpu_count": facts.get("gpu_count"),
+        "pci_gpu_count": facts.get("pci_gpu_count"),
+        "gpus": [{key: gpu.get(key) for key in ("index", "name", "vbios_version")} for gpu in facts.get("gpus") or []],
+        "nvswitch": {"present": nvswitch.get("present"), "count": nvswitch.get("count")},
+        "fabricmanager": {key: fm.get(key) for key in ("installed", "version", "running")} if fm else None,
+        "nics": [
+            {key: nic.get(key) for key in ("pci", "type", "psid", "part_number", "fw_current", "query_failed")}
+            for nic in facts.get("nics") or []
+        ],
+        "firmware_inventory": inventory,
+    }
+
+
 def build_report(records, expected_hosts=None, title="GPU fleet audit", generated_at=None, secrets=None):
     """``records``: ``[{"name", "sku", "bom", "facts", "bmc"?}]`` (one per node that answered).
 
@@ -73,6 +98,7 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
                 "gpu_firmware": bundle["installed"] if bundle else None,
                 "bmc_inventory": _bmc_inventory_state(bmc),
                 "items": items,
+                "hardware": _hardware(facts, bmc),
             }
         )
     answered = {n["name"] for n in nodes}
@@ -81,6 +107,14 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
     totals = {"nodes": len(nodes) + len(unreachable), "ok": 0, "drift": 0, "unknown": 0, "error": 0, "unreachable": len(unreachable)}
     for node in nodes:
         totals[node["status"]] += 1
+    boms = {}  # per SKU, the BOM its nodes were compared with; a node whose own BOM differs keeps it as node["bom"]
+    by_name = {n["name"]: n for n in nodes}
+    for record in sorted(records, key=lambda r: r["name"]):
+        if record.get("error") or record.get("bom") is None:
+            continue
+        sku = record.get("sku") or "unknown"
+        if boms.setdefault(sku, record["bom"]) != record["bom"]:
+            by_name[record["name"]]["bom"] = record["bom"]
     return {
         "report_version": REPORT_VERSION,
         "title": title,
@@ -89,6 +123,7 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
         "nodes": nodes,
         "unreachable": unreachable,
         "mixed_within_sku": mixed,
+        "boms": boms,
     }
 
 
@@ -107,6 +142,7 @@ def _error_node(record):
         "gpu_firmware": None,
         "bmc_inventory": _bmc_inventory_state(record.get("bmc")),
         "items": [],
+        "hardware": None,
     }
 
 

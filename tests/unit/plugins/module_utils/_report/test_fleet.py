@@ -81,3 +81,23 @@ def test_secrets_given_are_redacted_from_every_string_of_the_records():
     report = build_report([record], secrets=["S3cr3t-pw"])
     for text in (render_json(report), render_markdown(report), render_html(report)):
         assert "S3cr3t-pw" not in text and "********" in text
+
+
+def test_json_keeps_what_the_audit_read_of_each_node_and_each_skus_bom():
+    record = b200("b200-01")
+    record["facts"].update(kernel="6.1.0-18-amd64", nvswitch={"present": True, "count": 4, "devices": ["0000:05:00.0"]},
+                           nics=[{"pci": "0000:1a:00.0", "type": "ConnectX7", "psid": "MT_0000000834", "part_number": "MCX755106AS-HEA_Ax",
+                                  "fw_current": "28.43.1014", "fw_available": None, "status": None, "query_failed": False}])
+    other = b200("b200-02")
+    other["bom"] = dict(BOM, driver={"version": "580.95.05"})
+    report = json.loads(render_json(build_report([record, other, {"name": "b200-09", "sku": "hgx_b200", "error": "boom"}])))
+    assert report["boms"] == {"hgx_b200": BOM}
+    by_name = {n["name"]: n for n in report["nodes"]}
+    hardware = by_name["b200-01"]["hardware"]
+    assert hardware["kernel"] == "6.1.0-18-amd64" and hardware["nvswitch"] == {"present": True, "count": 4}
+    assert hardware["nics"] == [{"pci": "0000:1a:00.0", "type": "ConnectX7", "psid": "MT_0000000834", "part_number": "MCX755106AS-HEA_Ax",
+                                 "fw_current": "28.43.1014", "query_failed": False}]
+    assert hardware["gpus"][0] == {"index": None, "name": "NVIDIA B200", "vbios_version": "97.00.7D.00.0B"}
+    assert hardware["firmware_inventory"] == {"HGX_FW_BMC_0": "HGX-B200-24.12-1", "HGX_FW_GPU_SXM_1": "97.00.7D.00.0B"}
+    assert "bom" not in by_name["b200-01"] and by_name["b200-02"]["bom"]["driver"] == {"version": "580.95.05"}
+    assert by_name["b200-09"]["hardware"] is None
