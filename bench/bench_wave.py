@@ -1,7 +1,7 @@
 """Wave efficiency of the rollout: the slowest node's own phase time over the wave's measured time, with and without async.
 
 Needs root and tests/gpusim/install-deps.sh. Usage:
-    .venv/bin/python bench/bench_wave.py [--nodes 65 (default: 6)] [--forks 16] [--async-modes true false]
+    .venv/bin/python bench/bench_wave.py [--nodes 65 (default: 4)] [--forks 16] [--async-modes true false]
 For each mode: a fresh simulated fleet of NODES PCIe L40S nodes on driver 570.124.06 (127.0.120.x, slurmctld on 16300;
 the bench_audit.py addresses: run one bench at a time) and playbooks/upgrade.yml to the BOM's 580.95.05: the one canary
 the rollout needs (gpufleet_canary_count must be at least 1), then every other node as one wave (gpufleet_waves ["100%"],
@@ -102,7 +102,7 @@ def bench(nodes: int, forks: int, use_async: bool) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # A few minutes by default (make bench); the issue's figure is --nodes 65 (a canary and a wave of 64).
-    parser.add_argument("--nodes", type=int, default=6)
+    parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--forks", type=int, default=16)
     parser.add_argument("--async-modes", nargs="+", choices=["true", "false"], default=["true", "false"])
     args = parser.parse_args()
