@@ -44,20 +44,28 @@ def timeit(fn, repeat):
 class FakeModule:
     """Answers like a healthy HGX node; counts processes."""
 
-    def __init__(self, xml):
+    def __init__(self, xml, latency=None):
+        self.latency = latency or {}
         self.xml = xml
         self.outputs = {
             "nvidia-smi": xml,
             "nv-fabricmanager": "Fabric Manager version is : 550.90.07\n",
             "systemctl": "active\nactive\n",
             "dmesg": "[ 3721.338101] NVRM: Xid (PCI:0000:2a:00): 79, pid=41234, name=python3, GPU has fallen off the bus.\n",
+            "mlxfwmanager": (FIXTURES / "mlxfwmanager_query_2xCX7.xml").read_text(),
         }
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
-        return "/usr/bin/" + name if name in self.outputs else None
+        return "/usr/bin/" + name if name in self.outputs or name == "timeout" else None
 
     def run_command(self, cmd, **kwargs):
-        return 0, self.outputs[cmd[0].rsplit("/", 1)[1]], ""
+        tool = cmd[3].rsplit("/", 1)[1]  # after `timeout --kill-after=10 N`
+        time.sleep(self.latency.get(tool, 0))
+        return 0, self.outputs[tool], ""
+
+
+# Seconds each read takes on a real HGX node (order of magnitude: nvidia-smi -q -x walks every GPU through NVML).
+REAL_NODE_LATENCY = {"nvidia-smi": 2.0, "mlxfwmanager": 1.5, "nv-fabricmanager": 0.05, "systemctl": 0.02, "dmesg": 0.05}
 
 
 def synthetic_records(count):
@@ -96,6 +104,16 @@ def main():
 
     collect_s = timeit(collect, 50)
     print(f"gpu_facts collection in Python (tools faked): {collect_s * 1e3:.2f} ms, processes started: {len(collector.counter)}")
+
+    # The reads run at the same time: with real-node latencies the call costs its slowest read, not their sum.
+    slow = FakeModule(xml, REAL_NODE_LATENCY)
+    start = time.perf_counter()
+    _gpu_facts.GpuFactsCollector(slow, host=_gpu_facts.Host("/nonexistent")).collect()
+    slow_s = time.perf_counter() - start
+    print(
+        f"gpu_facts with real-node tool latencies {REAL_NODE_LATENCY}: {slow_s:.2f} s "
+        f"(one after another: {sum(REAL_NODE_LATENCY.values()):.2f} s; slowest read: {max(REAL_NODE_LATENCY.values()):.2f} s)"
+    )
 
     for count in (1000, 10000):
         records = synthetic_records(count)

@@ -21,6 +21,9 @@ description:
     (C(nvidia-smi -q -x), C(nv-fabricmanager --version), C(systemctl is-active), C(dmesg), C(mlxfwmanager --query));
     C(modinfo nvidia) is added only when the driver is installed but not loaded, and C(mstflint q) once per ConnectX adapter only
     when C(mlxfwmanager) is absent. The number started is returned as RV(ansible_facts.gpufleet.commands_run).
+  - The reads do not depend on each other and run at the same time, one thread each, so a call takes about as long as its slowest
+    read (C(nvidia-smi -q -x) or C(mlxfwmanager --query) take seconds on a real node), not their sum. Each is still bounded by
+    O(command_timeout); when several fail, the task reports the first in the order above.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:

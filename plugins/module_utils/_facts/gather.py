@@ -8,9 +8,18 @@ One call reads /proc and /sys directly and starts at most five processes:
 ``nvidia-smi -q -x``, ``nv-fabricmanager --version``, ``systemctl is-active``,
 ``dmesg`` and ``mlxfwmanager --query`` (or ``mstflint q`` per ConnectX port
 when only mstflint is installed); ``modinfo nvidia`` only when no driver is loaded.
+
+The reads do not depend on each other, so they run at the same time, one thread
+each (on a real node ``nvidia-smi -q -x`` and ``mlxfwmanager --query`` each take
+seconds): a call costs its slowest read, not their sum. Every read still goes
+through its ``_tools`` wrapper with its bounded timeout, and when reads fail the
+error raised is the one the first failing read gives in the order above (driver
+and GPUs, services, fabric manager, NICs, Xid), as when they ran one after another.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
@@ -74,6 +83,25 @@ def driver_branch(version):
 _NO_DEVICES = "No devices found"
 
 
+def run_reads(reads):
+    """``{name: result}`` of the independent reads ``reads`` (an ordered ``{name: callable}``), run at the same time.
+
+    Each read runs in a thread of its own and is waited for (each is bounded by its tool's timeout). When reads
+    raise, the exception of the first one in ``reads``' order is raised, traceback and all: the error a sequential
+    run would have stopped at. A single read runs in the caller's thread.
+    """
+    if len(reads) <= 1:
+        return {name: read() for name, read in reads.items()}
+    with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="gpu_facts") as pool:
+        futures = {name: pool.submit(read) for name, read in reads.items()}
+    # Leaving the with block waited for every read: none is still running when the first error is raised.
+    for future in futures.values():
+        error = future.exception()
+        if error is not None:
+            raise error
+    return {name: future.result() for name, future in futures.items()}
+
+
 class GpuFactsCollector:
     """Gathers ansible_facts.gpufleet; raises FactsError / ToolError on untrustworthy output."""
 
@@ -97,20 +125,29 @@ class GpuFactsCollector:
             "kernel": self.host.kernel_release(),
             "boot_id": self.host.boot_id(),
         }
-        driver, smi = self._driver_and_gpus()
+        nvswitches = self.host.nvswitches()
+        # The independent reads, in the order their errors take precedence (see run_reads).
+        reads = {"driver_and_gpus": self._driver_and_gpus, "services": self._services}
+        if "fabricmanager" in self.subset:
+            reads["fabricmanager"] = self._fabricmanager_installed
+        if "nics" in self.subset:
+            reads["nics"] = self._nics
+        if "xid" in self.subset:
+            reads["xid"] = self._xid
+        results = run_reads(reads)
+        driver, smi = results["driver_and_gpus"]
+        services = results["services"]
         facts["driver"] = driver
         if "gpus" in self.subset or "driver" in self.subset:
             facts.update(smi)
-        nvswitches = self.host.nvswitches()
         facts["nvswitch"] = {"present": bool(nvswitches), "count": len(nvswitches), "devices": nvswitches}
-        services = self._services()
         facts["persistenced"] = {"running": services.get("nvidia-persistenced") == "active", "state": services.get("nvidia-persistenced")}
         if "fabricmanager" in self.subset:
-            facts["fabricmanager"] = self._fabricmanager(driver, services, bool(nvswitches))
+            facts["fabricmanager"] = self._fabricmanager(driver, services, bool(nvswitches), results["fabricmanager"])
         if "nics" in self.subset:
-            facts["nics"] = self._nics()
+            facts["nics"] = results["nics"]
         if "xid" in self.subset:
-            facts["xid"] = self._xid()
+            facts["xid"] = results["xid"]
         facts["commands_run"] = len(self.counter)
         return facts
 
@@ -209,7 +246,11 @@ class GpuFactsCollector:
             return {}
         return systemctl.is_active(SERVICES)
 
-    def _fabricmanager(self, driver, services, nvswitch_present):
+    def _fabricmanager_installed(self):
+        return fabricmanager_version(self._tool(FabricManager, "fabricmanager_path"))
+
+    def _fabricmanager(self, driver, services, nvswitch_present, installed):
+        """The fabric manager facts from its ``fabricmanager_version`` read (``installed``), the driver and the services."""
         facts = {
             "installed": False,
             "version": None,
@@ -222,7 +263,7 @@ class GpuFactsCollector:
             facts["running"] = facts["state"] == "active"
         # One rule with nvidia_driver (_host): a wrapper whose program is gone is not installed; a version that
         # does not read fails the task (HostError) rather than pass as "no fabric manager".
-        facts.update(fabricmanager_version(self._tool(FabricManager, "fabricmanager_path")))
+        facts.update(installed)
         if facts["installed"] and driver.get("version"):
             facts["matches_driver"] = facts["version"] == driver["version"]
         return facts
@@ -343,4 +384,5 @@ __all__ = [
     "check_command_timeout",
     "check_options",
     "gather",
+    "run_reads",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import threading
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _host
@@ -107,13 +108,13 @@ def test_full_node_facts_and_exact_commands(commands, node, run_module):
     assert facts["xid"]["counts"] == {79: 1, 13: 1}
     assert facts["xid"]["critical"] == [79]
 
-    # Exactly these processes, each an argument list, each with LC_ALL=C.
-    assert [call["argv"] for call in commands.calls] == [
+    # Exactly these processes, each an argument list, each with LC_ALL=C (started at the same time: in any order).
+    assert sorted(call["argv"] for call in commands.calls) == [
+        ["/usr/bin/dmesg"],
+        ["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"],
+        ["/usr/bin/nv-fabricmanager", "--version"],
         ["/usr/bin/nvidia-smi", "-q", "-x"],
         ["/usr/bin/systemctl", "is-active", "nvidia-fabricmanager", "nvidia-persistenced"],
-        ["/usr/bin/nv-fabricmanager", "--version"],
-        ["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"],
-        ["/usr/bin/dmesg"],
     ]
     assert all(call["environ_update"]["LC_ALL"] == "C" for call in commands.calls)
     assert facts["commands_run"] == 5
@@ -146,7 +147,7 @@ def test_gather_subset_limits_processes(commands, node, run_module):
     result = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus"]})
     facts = result["ansible_facts"]["gpufleet"]
     assert "nics" not in facts and "xid" not in facts and "fabricmanager" not in facts
-    assert [call["argv"][1:] for call in commands.calls] == [["-q", "-x"], ["is-active", "nvidia-fabricmanager", "nvidia-persistenced"]]
+    assert sorted(call["argv"][1:] for call in commands.calls) == [["-q", "-x"], ["is-active", "nvidia-fabricmanager", "nvidia-persistenced"]]
 
 
 def test_node_without_gpu_or_driver_says_so(commands, node, run_module):
@@ -399,3 +400,117 @@ def test_no_device_from_mlxfwmanager_while_the_pci_bus_lists_one_fails(commands,
     result = run_module(gpu_facts.main, {"gather_subset": ["nics"]})
     assert result["failed"] is True
     assert result["msg"].startswith("mlxfwmanager found no device, but the PCI bus lists 1 Mellanox adapter(s) (0000:1a:00.0): run 'mst start'")
+
+
+# -- the reads run at the same time (issue 11: the audit costs its slowest read, not their sum) -----------------
+
+# Long enough for five threads to start on a loaded CI machine; short enough that a sequential collector fails fast.
+RENDEZVOUS_S = 10
+
+
+def hold_until_all_started(commands, monkeypatch, count):
+    """Every fake tool waits until ``count`` tools are running at once; returns the list of reads that saw them."""
+    barrier = threading.Barrier(count, timeout=RENDEZVOUS_S)
+    together = []
+    recorded = commands.run_command
+
+    def run_command(module, args, **kwargs):
+        try:
+            barrier.wait()
+            together.append(tuple(args[3:]))
+        except threading.BrokenBarrierError:
+            pass  # run one after another: never all in flight, so `together` stays short and the test fails
+        return recorded(module, args, **kwargs)
+
+    monkeypatch.setattr(commands, "run_command", run_command)
+    return together
+
+
+def test_the_five_reads_are_in_flight_at_the_same_time(commands, node, run_module, monkeypatch):
+    """Each fake tool blocks until all five have started: a collector that runs them one after another never gets there."""
+    full_node(commands, node)
+    together = hold_until_all_started(commands, monkeypatch, 5)
+    result = run_module(gpu_facts.main, {})
+    assert result.get("failed") is not True, result.get("msg")
+    assert sorted(argv[0] for argv in together) == sorted(
+        ["/usr/bin/nvidia-smi", "/usr/bin/systemctl", "/usr/bin/nv-fabricmanager", "/usr/bin/mlxfwmanager", "/usr/bin/dmesg"]
+    )
+    # Each still bounded, and parsed as before.
+    assert {call["timeout"] for call in commands.calls} == {120}
+    facts = result["ansible_facts"]["gpufleet"]
+    assert facts["gpu_count"] == 2 and facts["fabricmanager"]["matches_driver"] is True
+    assert [nic["psid"] for nic in facts["nics"]] == ["MT_0000000838", "MT_0000000838"]
+    assert facts["xid"]["critical"] == [79] and facts["commands_run"] == 5
+
+
+def test_a_subset_runs_its_reads_at_the_same_time(commands, node, run_module, monkeypatch):
+    full_node(commands, node)
+    together = hold_until_all_started(commands, monkeypatch, 2)
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver"]})["ansible_facts"]["gpufleet"]
+    assert sorted(argv[0] for argv in together) == ["/usr/bin/nvidia-smi", "/usr/bin/systemctl"]
+    assert facts["driver"]["version"] == "550.90.07" and "nics" not in facts
+
+
+def test_one_failing_read_fails_the_task_as_before_while_the_others_ran(commands, node, run_module, monkeypatch):
+    """mlxfwmanager fails while the others answer: the same fail_json as when the reads ran one after another."""
+    full_node(commands, node)
+    together = hold_until_all_started(commands, monkeypatch, 5)
+    commands.on([commands.binaries["mlxfwmanager"], "--query", "--query-format", "XML"], rc=2, stderr="-E- Failed to open /dev/mst\n")
+    result = run_module(gpu_facts.main, {})
+    assert len(together) == 5
+    assert result["failed"] is True
+    assert result["msg"] == "mlxfwmanager --query failed with exit status 2 and printed no device list: -E- Failed to open /dev/mst"
+    assert result["cmd"] == ["/usr/bin/mlxfwmanager", "--query", "--query-format", "XML"] and result["rc"] == 2
+    assert "ansible_facts" not in result
+
+
+def test_when_two_reads_fail_the_error_is_the_one_a_sequential_run_stopped_at(commands, node, run_module, monkeypatch):
+    """nv-fabricmanager fails first in time, nvidia-smi later: the task reports nvidia-smi's failure (it comes first in order)."""
+    full_node(commands, node)
+    fabricmanager_done = threading.Event()
+    recorded = commands.run_command
+
+    def run_command(module, args, **kwargs):
+        if args[3] == commands.binaries["nvidia-smi"]:
+            assert fabricmanager_done.wait(RENDEZVOUS_S), "nv-fabricmanager never ran beside nvidia-smi"
+        answer = recorded(module, args, **kwargs)
+        if args[3] == commands.binaries["nv-fabricmanager"]:
+            fabricmanager_done.set()
+        return answer
+
+    monkeypatch.setattr(commands, "run_command", run_command)
+    commands.on([commands.binaries["nvidia-smi"], "-q", "-x"], rc=255, stderr="Unknown Error\n")
+    commands.on([commands.binaries["nv-fabricmanager"], "--version"], stdout="Segmentation fault\n")
+    result = run_module(gpu_facts.main, {})
+    assert result["failed"] is True
+    assert result["msg"] == "nvidia-smi -q -x failed with exit status 255: Unknown Error"
+    assert result["cmd"] == [commands.binaries["nvidia-smi"], "-q", "-x"]
+
+
+def test_a_refused_kernel_log_is_still_a_finding_not_a_failure_beside_the_other_reads(commands, node, run_module, monkeypatch):
+    full_node(commands, node)
+    hold_until_all_started(commands, monkeypatch, 5)
+    commands.on([commands.binaries["dmesg"]], rc=1, stderr="dmesg: read kernel buffer failed: Operation not permitted\n")
+    facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
+    assert facts["xid"] == {"source": "dmesg", "error": "dmesg: read kernel buffer failed: Operation not permitted", "events": [], "counts": {},
+                            "critical": []}
+    assert facts["driver"]["version"] == "550.90.07"
+
+
+def test_run_reads_raises_the_first_error_in_order_with_its_traceback():
+    def first():
+        raise _gpu_facts.FactsError("first read failed")
+
+    def second():
+        raise ValueError("a bug in the second read")
+
+    with pytest.raises(_gpu_facts.FactsError, match="first read failed") as caught:
+        _gpu_facts.run_reads({"one": first, "two": second, "three": lambda: 3})
+    assert caught.value.__traceback__ is not None
+    with pytest.raises(ValueError, match="a bug in the second read"):
+        _gpu_facts.run_reads({"three": lambda: 3, "two": second})
+    assert _gpu_facts.run_reads({"a": lambda: 1, "b": lambda: 2}) == {"a": 1, "b": 2}
+
+
+def test_run_reads_runs_a_single_read_in_the_callers_thread():
+    assert _gpu_facts.run_reads({"only": threading.current_thread}) == {"only": threading.current_thread()}

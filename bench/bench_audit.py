@@ -1,0 +1,180 @@
+"""What the audit costs the controller: playbooks/audit.yml against the ping floor and a hand-written audit.
+
+Needs root and tests/gpusim/install-deps.sh. Usage:
+    .venv/bin/python bench/bench_audit.py [--sizes 64 128 (default: 16)] [--forks 32] [--repeat 1] [--playbook OTHER.yml ...]
+For each size: brings up a simulated fleet (one HGX H100 SKU with 8 ConnectX-7, a BMC per node, the spec shape of
+bench_gpusim_up.py) on 127.0.120.x (BMCs on 127.0.220.x), slurmctld on 16300 and slurmd on 16301.., then times with
+the same forks and the fleet's ansible.cfg (pipelining on):
+  ping    `ansible gpu_nodes -m ping`: one module per host, the floor of any audit;
+  naive   a playbook of the five `command` tasks a hand-written audit runs (nvidia-smi -q -x, nvidia-smi --query-gpu,
+          cat /proc/driver/nvidia/version, mlxfwmanager --query, dmesg), reading no BMC;
+  audit   playbooks/audit.yml (gpu_facts, each BMC's firmware inventory over Redfish, the fleet report);
+  audit_no_bmc  the same without BMC credentials (the Redfish reads skipped): what the out-of-band reads cost;
+  and every --playbook given (an older audit.yml, say), run like audit.
+Prints, for each, seconds in all and per host, the controller's CPU seconds per host (ansible and the processes it waited
+for: workers, ssh clients, modules run on the controller; not the nodes' tools nor the BMCs, which share this machine's CPUs
+here but not in a real fleet), the ratios to ping, the machine's CPUs and load; checks that each report counts every node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+BIN = REPO / ".venv" / "bin"
+# This bench's own addresses and ports (no other fleet spec or integration test uses them).
+LOOPBACK = 120
+SLURM_PORT = 16300
+
+NAIVE_AUDIT = [
+    {
+        "name": "A hand-written audit: one command task per tool",
+        "hosts": "gpu_nodes",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "nvidia-smi -q -x", "ansible.builtin.command": {"argv": ["nvidia-smi", "-q", "-x"]}, "changed_when": False,
+             "register": "smi_xml"},
+            {"name": "nvidia-smi --query-gpu",
+             "ansible.builtin.command": {"argv": ["nvidia-smi", "--query-gpu=index,name,uuid,driver_version,vbios_version",
+                                                  "--format=csv,noheader"]},
+             "changed_when": False, "register": "smi_csv"},
+            {"name": "Driver version", "ansible.builtin.command": {"argv": ["cat", "/proc/driver/nvidia/version"]}, "changed_when": False,
+             "register": "proc_version"},
+            {"name": "ConnectX firmware", "ansible.builtin.command": {"argv": ["mlxfwmanager", "--query"]}, "changed_when": False,
+             "failed_when": False, "register": "mlx"},
+            {"name": "Xid events", "ansible.builtin.command": {"argv": ["dmesg"]}, "changed_when": False, "register": "kernel_log"},
+        ],
+    }
+]
+
+
+def spec(size: int) -> dict:
+    return {
+        "fleet": {"name": f"bench-audit-{size}", "loopback": LOOPBACK, "slurm_port": SLURM_PORT},
+        "timing": {"reboot": 1},
+        "skus": {"hgx_h100": {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "nvswitch": True, "cpus": 8,
+                              "nics": [{"type": "ConnectX-7", "psid": "MT_0000000834", "part_number": "MCX755106AS-HEA_Ax",
+                                        "fw": "28.43.1014", "count": 8}],
+                              "bom": {"driver": {"version": "570.124.06"}, "fabricmanager": "570.124.06",
+                                      "gpu": {"model": "NVIDIA H100 80GB HBM3", "count": 8}, "nic_firmware": {"MT_0000000834": "28.43.1014"}}}},
+        "nodes": [{"count": size, "prefix": "audit-", "width": 3, "sku": "hgx_h100", "driver": "570.124.06"}],
+    }
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(cmd: list[str], **kw) -> float:
+    return timed(cmd, **kw)[0]
+
+
+def timed(cmd: list[str], **kw) -> tuple[float, float]:
+    """(wall seconds, controller CPU seconds) of a command: the CPU of the process and of its children that it waited for
+    (ansible's workers, ssh clients, modules run on the controller); not the nodes' sshd and tools, nor the BMCs."""
+    cpu_before = children_cpu_s()
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    return elapsed, children_cpu_s() - cpu_before
+
+
+def best_of(repeat: int, cmd: list[str], **kw) -> tuple[float, float]:
+    return min(timed(cmd, **kw) for _ in range(repeat))
+
+
+def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int, repeat: int, playbooks: list[pathlib.Path],
+            pipelining: bool = True) -> dict:
+    """The timings of one fleet that is up in ``workdir``."""
+    (tmp_path / "naive.yml").write_text(yaml.safe_dump(NAIVE_AUDIT, sort_keys=False))
+    ansible_env = dict(os.environ, ANSIBLE_CONFIG=str(workdir / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="False",
+                       ANSIBLE_PIPELINING=str(pipelining),
+                       ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}")
+    inventory = str(workdir / "inventory" / "hosts.yml")
+    playbook_cmd = [str(BIN / "ansible-playbook"), "-i", inventory, "-f", str(forks)]
+    result: dict = {"nodes": size, "forks": forks, "pipelining": pipelining}
+    timings = {}
+    timings["ping"] = best_of(repeat, [str(BIN / "ansible"), "gpu_nodes", "-i", inventory, "-m", "ansible.builtin.ping", "-f", str(forks)],
+                              env=ansible_env)
+    timings["naive"] = best_of(repeat, [*playbook_cmd, str(tmp_path / "naive.yml")], env=ansible_env)
+    audit = REPO / "playbooks" / "audit.yml"
+    # audit_no_bmc: the same playbook with no BMC password (every BMC read skipped), to show what the Redfish reads cost.
+    variants = [("audit", audit, []), ("audit_no_bmc", audit, ["-e", "bmc_password="]), *((str(p), p, []) for p in playbooks)]
+    for label, playbook, extra in variants:
+        report_dir = tmp_path / "report"
+        timings[label] = best_of(repeat, [*playbook_cmd, str(playbook), "-e", f"gpufleet_report_dir={report_dir}", *extra], env=ansible_env)
+        totals = json.loads((report_dir / "fleet-report.json").read_text())["totals"]
+        if totals["nodes"] != size or totals["error"] or totals["unreachable"]:
+            raise SystemExit(f"{label}: the report does not hold every node read: {totals}")
+        result[f"{label}_report_ok_nodes"] = totals["ok"]
+    for label, (wall, cpu) in timings.items():
+        result[f"{label}_s"] = wall
+        result[f"{label}_s_per_host"] = wall / size
+        result[f"{label}_controller_cpu_s_per_host"] = cpu / size
+    for label, _playbook, _extra in variants:
+        result[f"{label}_over_ping"] = timings[label][0] / timings["ping"][0]
+        result[f"{label}_cpu_over_ping_cpu"] = timings[label][1] / timings["ping"][1]
+    result["naive_over_ping"] = timings["naive"][0] / timings["ping"][0]
+    result["naive_over_audit"] = timings["naive"][0] / timings["audit"][0]
+    return result
+
+
+def bench(size: int, forks: int, repeat: int, playbooks: list[pathlib.Path], pipelining: bool, workdir: pathlib.Path | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(TESTS))
+    gpusim = [sys.executable, "-m", "gpusim"]
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+        tmp_path = pathlib.Path(tmp)
+        if workdir is not None:  # a fleet already up (gpusim up --spec ... --workdir DIR): measured, left up
+            result = measure(workdir, tmp_path, size, forks, repeat, playbooks, pipelining)
+        else:
+            (tmp_path / "spec.yml").write_text(yaml.safe_dump(spec(size)))
+            fleet = tmp_path / "fleet"
+            up_s = run([*gpusim, "up", "--spec", str(tmp_path / "spec.yml"), "--workdir", str(fleet)], env=env)
+            try:
+                result = measure(fleet, tmp_path, size, forks, repeat, playbooks, pipelining)
+            finally:
+                result_down_s = run([*gpusim, "down", "--workdir", str(fleet)], env=env)
+            result.update(up_s=up_s, down_s=result_down_s)
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # A few minutes by default (make bench); the figures in docs/performance.md are --sizes 64 128.
+    parser.add_argument("--sizes", type=int, nargs="+", default=[16])
+    parser.add_argument("--forks", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each playbook; the fastest is kept")
+    parser.add_argument("--playbook", type=pathlib.Path, action="append", default=[], help="another audit playbook to time (repeatable)")
+    parser.add_argument("--no-pipelining", action="store_true", help="run everything with ANSIBLE_PIPELINING=False")
+    parser.add_argument("--workdir", type=pathlib.Path, help="measure the fleet already up in this gpusim workdir (one size: its node count)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench_audit.py needs root (gpusim): not run")
+        return 0
+    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at start; forks {args.forks}")
+    if args.workdir is not None:
+        args.sizes = [len(yaml.safe_load((args.workdir / "inventory" / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["children"]
+                          ["hgx_h100"]["hosts"])]
+    for size in args.sizes:
+        print(json.dumps(bench(size, args.forks, args.repeat, [p.resolve() for p in args.playbook], not args.no_pipelining, args.workdir)),
+              flush=True)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
