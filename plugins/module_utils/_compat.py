@@ -70,15 +70,16 @@ def _fmt(version):
 # --- Table 3: toolkit driver ------------------------------------------------------------------
 
 
+_TOOLKIT_ROWS = []  # Table 3 parsed once per process: a preflight over 10,000 hosts asked for it per host and CUDA version
+
+
 def _toolkit_rows():
-    for label, version, linux, windows, kind in data.TOOLKIT_DRIVER_ROWS:
-        yield {
-            "label": label,
-            "version": parse_version(version),
-            "linux": linux,
-            "windows": windows,
-            "kind": kind,
-        }
+    if not _TOOLKIT_ROWS:
+        _TOOLKIT_ROWS.extend(
+            {"label": label, "version": parse_version(version), "linux": linux, "windows": windows, "kind": kind}
+            for label, version, linux, windows, kind in data.TOOLKIT_DRIVER_ROWS
+        )
+    return [dict(row) for row in _TOOLKIT_ROWS]  # copies: a caller that changes its row does not change the table
 
 
 def toolkit_row(cuda):
