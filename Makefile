@@ -13,7 +13,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections:$(CURDIR)/$(VENV)/lib/
 export ANSIBLE_HOST_KEY_CHECKING := False
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: test venv lint ruff ansible-lint sanity unit integration build demo bench clean
+.PHONY: test venv lint ruff ansible-lint sanity unit integration build demo bench molecule clean
 
 test: venv lint sanity unit integration build ## everything CI runs
 
@@ -65,6 +65,9 @@ build: venv
 
 bench: venv ## figures: parse and report speed, memory
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || echo "($$b did not run)"; done
+
+molecule: venv ## every molecule scenario (extensions/molecule) against simulated fleets (needs root); make test runs nvidia_driver's
+	tests/molecule/run.sh
 
 demo: venv ## a 24-node simulated fleet: audited, then rolled out (canary, waves, one fault rolled back), reports (needs root)
 	tests/gpusim/demo.sh
