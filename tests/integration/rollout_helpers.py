@@ -123,6 +123,15 @@ def recap(stdout: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def failures(stdout: str, context: int = 2500) -> str:
+    """What ansible-playbook printed around each failed task (fatal: / failed: lines), for a test's message."""
+    out = []
+    for m in re.finditer(r"^(fatal|failed): \[.*$", stdout, re.M):
+        start = stdout.rfind("TASK [", 0, m.start())
+        out.append(stdout[max(start, 0):m.end() + context])
+    return "\n...\n".join(out)[-12000:] or stdout[-6000:]
+
+
 class RolloutFleet(BaseFleet):
     """A simulated fleet with the rollout's helpers."""
 

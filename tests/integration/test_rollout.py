@@ -18,7 +18,8 @@ import time
 
 import pytest
 from fleet import REPO, TESTS, fleet_up, needs_fleet
-from rollout_helpers import NEW, OLD, RolloutFleet, by_time, max_unavailable, recap, report_json, unavailable, waves_of, write_runfiles
+from rollout_helpers import (NEW, OLD, RolloutFleet, by_time, failures, max_unavailable, recap, report_json, unavailable, waves_of,
+                             write_runfiles)
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
 NEWER = "595.45.04"
@@ -220,7 +221,7 @@ def test_rollback_playbook_restores_the_named_nodes_and_keeps_someone_elses_drai
     done = fleet.ansible_playbook(ROLLBACK, "-f", "4", "-e", json.dumps(extra), timeout=900)
     counts = recap(done.stdout)
     for name in targets:
-        assert counts[name]["failed"] == 0, (name, done.stdout[-6000:])
+        assert counts[name]["failed"] == 0, (name, failures(done.stdout))
         assert fleet.driver(name) == OLD, name
         section = fleet.rollout_section(name)
         assert (section["status"], section["result"]) == ("done", "rolled_back"), (name, section)
