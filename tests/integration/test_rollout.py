@@ -18,8 +18,7 @@ import time
 
 import pytest
 from fleet import REPO, TESTS, fleet_up, needs_fleet
-from rollout_helpers import (NEW, OLD, RolloutFleet, by_time, failures, max_unavailable, recap, report_json, unavailable, waves_of,
-                             write_runfiles)
+from rollout_helpers import NEW, OLD, RolloutFleet, by_time, failures, max_unavailable, recap, report_json, unavailable, waves_of, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
 NEWER = "595.45.04"
