@@ -236,6 +236,15 @@ before:
       type: str
       returned: always
       sample: "2026-06-01T10:12:44"
+    boot_time:
+      description:
+        - When the node last booted, as Slurm knows it (C(BootTime), set when slurmd registers after a boot); V(null) when
+          Slurm prints none. A caller that rebooted or power-cycled the node outside Slurm waits until it changes, to know
+          that Slurm has seen the new boot.
+      type: str
+      returned: always
+      sample: "2026-06-01T10:20:03"
+      version_added: 0.2.0
     ours:
       description:
         - The node is out of service for this rollout - our exact marker and O(rollout_id), set by this task's user, in a state

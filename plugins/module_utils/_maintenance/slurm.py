@@ -25,6 +25,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import M
 # One Slurm call should answer within MessageTimeout (10 s by default); allow for a slow controller.
 CALL_TIMEOUT = 60
 _NOT_FOUND = re.compile(r"Node \S+ not found")
+# BootTime as scontrol prints it (SLURM_TIME_FORMAT=standard): when slurmd last registered a boot.
+_BOOT_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 # Options are checked with fullmatch: "$" would let a trailing newline through ("r1\n").
 ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 OWNER_TAG = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -251,6 +253,7 @@ class SlurmNode:
             ) from exc
         if node["name"] != self.name:
             raise SlurmError(f"scontrol show node {self.name} answered for node {node['name']}", rc=rc, stdout=out, stderr=err)
+        node["boot_time"] = _boot_time(node["fields"].get("BootTime"), self.name, out)
         node["rollout_id"] = reason_owner(node["reason"], self.owner_tag)[1]
         verdict = judge(node, self.owner_tag, self.rollout_id, self.accepted_users)
         node["ours"] = verdict["hold"] == "ours"
@@ -322,6 +325,18 @@ class SlurmNode:
                 error.jobs = jobs
                 raise error
             time.sleep(min(interval, max(timeout - waited, 0.1)))
+
+
+def _boot_time(value, name, out):
+    """Slurm's BootTime of the node (``2026-06-01T10:12:44``), None when Slurm prints none (``None``, or no field)."""
+    if value is None or value == "None":
+        return None
+    if not _BOOT_TIME.fullmatch(value):
+        raise SlurmError(
+            f"scontrol show node {name}: BootTime={value[:40]!r} is not a time like 2026-06-01T10:12:44 (SLURM_TIME_FORMAT must be "
+            "unset or standard). Nothing was changed.", stdout=out,
+        )
+    return value
 
 
 def _diff_view(node):

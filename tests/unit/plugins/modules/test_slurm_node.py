@@ -329,6 +329,9 @@ NOT_OURS = [
     ("DOWN", OURS, "root", "DOWN"),
     ("DOWN", "gpufleet:r1: driver upgrade : reboot timed out", "root", "DOWN"),
     ("DOWN+NOT_RESPONDING", "Not responding", "slurm", "DOWN"),
+    # an AC power cycle (or any reboot Slurm did not ask for) of a node nobody drained, ReturnToService=1: Slurm's own DOWN
+    ("DOWN", "Node unexpectedly rebooted", "slurm", "marker gpufleet:r1:"),
+    ("DOWN+DRAIN", "Node unexpectedly rebooted", "slurm", "marker gpufleet:r1:"),
     # not yet a usable node
     ("FUTURE", None, None, "FUTURE"),
     ("UNKNOWN+NOT_RESPONDING", None, None, "UNKNOWN"),
@@ -620,3 +623,30 @@ def test_reason_with_dollar_and_tilde_reaches_scontrol_as_written(run_module, tm
     assert received == ["update", "NodeName=busy-01", "State=DRAIN", f"Reason={ours}"]
     assert result["after"]["reason"] == ours
     assert result["changed"] is True
+
+
+def test_boot_time_is_returned_as_slurm_prints_it(slurm, run_module):
+    # a caller that power-cycled the node outside Slurm waits for a new BootTime (the rollout's activation)
+    slurm.on(show(), stdout=node_text(state="IDLE+DRAIN", reason=OURS))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "driver upgrade", "rollout_id": "r1"},
+                        check_mode=True)
+    assert result["before"]["boot_time"] == "2026-11-30T15:38:18"
+    assert result["after"]["boot_time"] == "2026-11-30T15:38:18"
+
+
+@pytest.mark.parametrize(("boot", "expected"), [("None", None), (None, None)])
+def test_no_boot_time_is_none(slurm, run_module, boot, expected):
+    text = node_text(state="IDLE")
+    text = text.replace(" BootTime=2026-11-30T15:38:18", "" if boot is None else f" BootTime={boot}")
+    slurm.on(show(), stdout=text)
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
+    assert not result.get("failed"), result
+    assert result["before"]["boot_time"] is expected
+
+
+def test_a_boot_time_in_another_format_fails_and_changes_nothing(slurm, run_module):
+    slurm.on(show(), stdout=node_text(state="IDLE+DRAIN", reason=OURS).replace("BootTime=2026-11-30T15:38:18", "BootTime=11/30-15:38:18"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "resumed", "rollout_id": "r1"})
+    assert result["failed"] is True
+    assert "BootTime='11/30-15:38:18'" in result["msg"] and "SLURM_TIME_FORMAT" in result["msg"], result["msg"]
+    assert not any(argv[1] == "update" for argv in argvs(slurm))
