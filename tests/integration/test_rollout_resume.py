@@ -3,7 +3,9 @@
 The fleet (tests/fixtures/rollout/fleet-resume.yml, 127.0.27.x, slurmctld on 18700). While a rollout runs, a second
 rollout (another id) over the same nodes refuses before it touches any, naming the owner and the age of the lock.
 The first rollout's ansible-playbook is then killed (SIGKILL) while a wave is in flight; run again it resumes and
-completes; a third run changes nothing.
+completes; a third run changes nothing. Then a new BOM with the stop switch: the stop file (gpufleet_stop_file) put
+down while the canary is in flight finishes the nodes in flight, starts no new node and says how to resume; with the
+file gone, the same command completes the rollout.
 Run:
     .venv/bin/python -m pytest tests/integration/test_rollout_resume.py -m integration -q
 """
@@ -18,6 +20,9 @@ from rollout_helpers import NEW, OLD, RolloutFleet, recap, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-resume.yml"
 SHAPE = {"gpufleet_max_unavailable": 2, "gpufleet_waves": [2], "gpufleet_soak_seconds": 2}
+NEWER = "595.45.04"
+BOM_NEWER = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
+             "cuda": ["12.4"]}
 
 pytestmark = needs_fleet()
 
@@ -25,7 +30,7 @@ pytestmark = needs_fleet()
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("rollout-resume")
-    runfiles = write_runfiles(base / "runfiles", (OLD, NEW))
+    runfiles = write_runfiles(base / "runfiles", (OLD, NEW, NEWER))
     with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
         yield RolloutFleet(workdir, runfiles)
 
@@ -102,3 +107,49 @@ def test_a_third_run_changes_nothing(interrupted):
     assert third.returncode == 0, third.stdout[-6000:]
     changed = {host: counts["changed"] for host, counts in recap(third.stdout).items()}
     assert changed and set(changed.values()) == {0}, changed
+
+
+@pytest.fixture(scope="module")
+def stopped(fleet, interrupted, tmp_path_factory):
+    """A rollout to NEWER; the stop file is put down once the canary is drained; then removed and the command rerun."""
+    out = tmp_path_factory.mktemp("stop")
+    stop = fleet.workdir / "gpufleet.stop"  # the tests' gpufleet_stop_file (RolloutFleet.extra_vars)
+    proc = fleet.start_upgrade(out / "report", out / "stop.log", gpufleet_bom=BOM_NEWER, **SHAPE)
+    try:
+        canary = wait_for("the canary's drain", lambda: ours_draining(fleet, fleet.names), 240, proc)[0]
+        stop.write_text("the maintenance window is over\n")
+        proc.wait(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            fleet.kill(proc)
+    stopped_at = {n: (fleet.driver(n), fleet.node(n), fleet.rollout_section(n)) for n in fleet.names}
+    stop.unlink()
+    resumed = fleet.upgrade(out / "report", gpufleet_bom=BOM_NEWER, **SHAPE)
+    return {"canary": canary, "rc": proc.returncode, "log": (out / "stop.log").read_text(), "at": stopped_at, "resumed": resumed}
+
+
+def test_the_stop_file_finishes_the_nodes_in_flight_and_starts_no_new_node(fleet, stopped):
+    log = stopped["log"]
+    assert "STOPS before wave" in log and "the stop file" in log, log[-5000:]
+    assert f"To resume, delete {fleet.workdir / 'gpufleet.stop'} and run the same command again" in log, log[-5000:]
+    at = stopped["at"]
+    # The canary, in flight when the file appeared, was finished: upgraded and back in service.
+    driver, node, section = at[stopped["canary"]]
+    assert driver == NEWER and "DRAIN" not in node["state"] and section["result"] == "upgraded", at[stopped["canary"]]
+    # No node was left drained, and some were never started: still on the old BOM, no phase past preflight.
+    untouched = [n for n, (driver, _node, _section) in at.items() if driver == NEW]
+    assert untouched, at
+    for name, (driver, node, section) in at.items():
+        assert "DRAIN" not in node["state"], (name, node)
+        if driver == NEW:
+            assert {p["name"] for p in section.get("phases", [])} <= {"preflight"}, (name, section)
+
+
+def test_with_the_stop_file_gone_the_same_command_completes(fleet, stopped):
+    resumed = stopped["resumed"]
+    assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-2000:]
+    for name in fleet.names:
+        assert fleet.driver(name) == NEWER, name
+        section = fleet.rollout_section(name)
+        assert (section["status"], section["result"]) == ("done", "upgraded"), (name, section)
+        assert "DRAIN" not in fleet.node(name)["state"], name
