@@ -78,7 +78,7 @@ def test_a_spent_failure_budget_stops_the_rollout_with_the_rest_untouched(fleet,
     fleet.fault("gpu-02", "xid48", gpu=1, when="upgrade")  # gpu-03 keeps its DKMS failure
     before = {n: fleet.state_file(n) for n in ("gpu-04", "gpu-05", "gpu-07", "gpu-08")}
     done = fleet.upgrade(tmp_path / "report", gpufleet_bom=bom, gpufleet_max_unavailable=3, gpufleet_waves=[2],
-                         gpufleet_failure_budget=1, gpufleet_wave_max_fail_percentage=100, timeout=900)
+                         gpufleet_failure_budget=1, gpufleet_wave_max_fail_percentage=100, timeout=1800)
     assert done.returncode != 0
     assert "the failure budget is spent" in done.stdout, done.stdout[-5000:]
     report = report_json(tmp_path / "report")
