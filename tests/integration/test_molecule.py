@@ -14,9 +14,13 @@ Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
 from __future__ import annotations
 
 import os
+import pathlib
 import re
+import shutil
 import socket
+import tempfile
 
+import pytest
 from fleet import PYTHON, REPO, needs_fleet, run
 
 MOLECULE = REPO / ".venv" / "bin" / "molecule"
@@ -59,9 +63,19 @@ def listening(address: str, port: int) -> bool:
         return sock.connect_ex((address, port)) == 0
 
 
-def test_nvidia_driver_scenario_passes_its_whole_sequence(tmp_path, monkeypatch):
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path: munged's socket (fleets/<scenario>/munge/munge.socket.2) must fit the 108 bytes of a
+    Unix socket path, which pytest's tmp_path under pytest-xdist (.../popen-gw1/test_nvidia_driver_scenario_pa0/) does not."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="gfmol-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_nvidia_driver_scenario_passes_its_whole_sequence(short_tmp, monkeypatch):
+    tmp_path = short_tmp
     monkeypatch.chdir(REPO)  # molecule finds the collection (galaxy.yml) and extensions/molecule from its cwd
-    proc = run([str(MOLECULE), "test", "-s", SCENARIO, "--report"], env=molecule_env(tmp_path), timeout=300)
+    proc = run([str(MOLECULE), "test", "-s", SCENARIO, "--report"], env=molecule_env(tmp_path), timeout=900)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     report = actions(output)
