@@ -328,8 +328,9 @@ class SlurmNode:
 
 
 def _boot_time(value, name, out):
-    """Slurm's BootTime of the node (``2026-06-01T10:12:44``), None when Slurm prints none (``None``, or no field)."""
-    if value is None or value == "None":
+    """Slurm's BootTime of the node (``2026-06-01T10:12:44``), None when Slurm prints none (``None``, ``Unknown``: a zero time,
+    as scontrol prints it for a node that has not registered a boot, or no field)."""
+    if value is None or value in ("None", "Unknown"):
         return None
     if not _BOOT_TIME.fullmatch(value):
         raise SlurmError(

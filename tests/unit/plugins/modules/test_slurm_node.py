@@ -634,7 +634,7 @@ def test_boot_time_is_returned_as_slurm_prints_it(slurm, run_module):
     assert result["after"]["boot_time"] == "2026-11-30T15:38:18"
 
 
-@pytest.mark.parametrize(("boot", "expected"), [("None", None), (None, None)])
+@pytest.mark.parametrize(("boot", "expected"), [("None", None), ("Unknown", None), (None, None)])
 def test_no_boot_time_is_none(slurm, run_module, boot, expected):
     text = node_text(state="IDLE")
     text = text.replace(" BootTime=2026-11-30T15:38:18", "" if boot is None else f" BootTime={boot}")
