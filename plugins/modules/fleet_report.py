@@ -52,12 +52,21 @@ options:
         type: str
       bmc:
         description:
-          - What the node's BMC firmware inventory gave, read out of band with C(community.general.redfish_info)
-            (category V(Update), command V(GetFirmwareInventory)).
-          - "C(entries): the module's C(redfish_facts.firmware.entries) (each with C(Id) and C(Version)), or C(error): why it could not be read."
+          - What the node's BMC firmware inventory gave, read out of band with M(gpufleet.lifecycle.bmc_inventory) (one entry of its
+            RV(gpufleet.lifecycle.bmc_inventory#module:inventories)) or C(community.general.redfish_info) (category V(Update), command
+            V(GetFirmwareInventory)).
+          - "C(entries): the members (each with C(Id) and C(Version)), or C(error): why it could not be read."
+          - When not given, the node's entry in O(bmc_inventories), if any.
           - Omit it (or V(null)) when no BMC credentials are set for the node; the BOM's C(gpu_firmware), C(nvswitch_firmware),
             C(bmc_firmware) and C(bios) are then reported V(unknown) with that reason, never V(ok).
         type: dict
+  bmc_inventories:
+    description:
+      - The RV(gpufleet.lifecycle.bmc_inventory#module:inventories) of one M(gpufleet.lifecycle.bmc_inventory) call for the whole
+        fleet, keyed by node name - the O(nodes[].bmc) of every node that has none of its own.
+    type: dict
+    default: {}
+    version_added: 0.2.0
   expected_hosts:
     description: Every node the audit targeted; those missing from O(nodes) are reported as unreachable.
     type: list
@@ -172,6 +181,7 @@ def main():
                 ),
             ),
             secrets=dict(type="list", elements="str", default=[], no_log=True),
+            bmc_inventories=dict(type="dict", default={}),
             expected_hosts=dict(type="list", elements="str", default=[]),
             dest=dict(type="path", required=True),
             basename=dict(type="str", default="fleet-report"),
@@ -182,9 +192,15 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    inventories = params["bmc_inventories"]
+    for name, value in inventories.items():
+        if not isinstance(value, dict):
+            module.fail_json(msg=f"bmc_inventories[{name!r}] is a {type(value).__name__}: give bmc_inventory's inventories as registered (a dict per node)")
+    nodes = [node if node.get("bmc") is not None or node["name"] not in inventories else dict(node, bmc=inventories[node["name"]])
+             for node in params["nodes"]]
     try:
         report = build_report(
-            params["nodes"], params["expected_hosts"], title=params["title"], generated_at=params["generated_at"], secrets=params["secrets"]
+            nodes, params["expected_hosts"], title=params["title"], generated_at=params["generated_at"], secrets=params["secrets"]
         )
     except BomError as exc:
         module.fail_json(msg=f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.")

@@ -187,6 +187,27 @@ def test_redfish_info_reads_the_same_inventory(fleet, real_nvfwupd, packages):
     assert [entries[f"HGX_FW_GPU_SXM_{i + 1}"] for i in range(8)] == fleet.vbios("bmc-02")
 
 
+def test_bmc_inventory_reads_what_redfish_info_reads(fleet):
+    """gpufleet.lifecycle.bmc_inventory, both BMCs in one call, returns entry for entry what community.general.redfish_info
+    returns for each; it also names the BMC whose password is wrong without failing the call or showing the password."""
+    wanted = {}
+    for name in NODES:
+        result = fleet.module("community.general.redfish_info", "localhost", {
+            "category": "Update", "command": "GetFirmwareInventory", "baseuri": fleet.bmc[name],
+            "username": fleet.user, "password": fleet.password})["localhost"]
+        wanted[name] = result["redfish_facts"]["firmware"]["entries"]
+    bmcs = [{"name": name, "address": fleet.bmc[name], "user": fleet.user, "password": fleet.password} for name in NODES]
+    result = fleet.module("gpufleet.lifecycle.bmc_inventory", "localhost", {"bmcs": bmcs, "validate_certs": False})["localhost"]
+    assert result["summary"]["errors"] == [] and result["summary"]["connections"] == 2
+    for name in NODES:
+        assert result["inventories"][name]["entries"] == wanted[name]
+    bmcs[1]["password"] = WRONG
+    result = fleet.module("gpufleet.lifecycle.bmc_inventory", "localhost", {"bmcs": bmcs, "validate_certs": False})["localhost"]
+    assert result["inventories"]["bmc-01"]["entries"] == wanted["bmc-01"]
+    assert "(HTTP 401): check bmc_user and bmc_password" in result["inventories"]["bmc-02"]["error"]
+    assert WRONG not in json.dumps(result)
+
+
 def test_a_hung_bmc_does_not_answer(fleet):
     assert gpusim("fault", "bmc-02", "bmc_unresponsive", workdir=fleet.workdir).returncode == 0
     with pytest.raises((TimeoutError, urllib.error.URLError)):

@@ -63,9 +63,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def handle_one_request(self):
         self.served += 1
+        super().handle_one_request()
+
+    def parse_request(self):
+        # After http.server's own parsing, which sets close_connection from the request's Connection header (an HTTP/1.1
+        # request without one keeps it open): the MAX_REQUESTS-th request is answered with 'Connection: close'.
+        ok = super().parse_request()
         if self.served >= MAX_REQUESTS:
             self.close_connection = True
-        super().handle_one_request()
+        return ok
 
     def _body(self) -> bytes | Response:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():

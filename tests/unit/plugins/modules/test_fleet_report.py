@@ -123,3 +123,28 @@ def test_bmc_inventory_reaches_the_report_and_the_password_never_does(tmp_path, 
     for name in ("fleet-report.json", "fleet-report.md", "fleet-report.html"):
         assert password not in (tmp_path / "reports" / name).read_text(), name
     assert password not in json.dumps(result)
+
+
+def test_bmc_inventories_of_one_call_fill_the_nodes_without_their_own(tmp_path, run_module):
+    """bmc_inventory's inventories (one call for the fleet) reach each node; a node's own bmc record wins."""
+    bom = dict(BOM, gpu_firmware={"version": "HGX-B200-24.12-1"})
+    nodes = [dict(record(name), bom=bom) for name in ("b200-01", "b200-02", "b200-03")]
+    nodes[2]["bmc"] = {"entries": [{"Id": "HGX_FW_BMC_0", "Version": "HGX-B200-24.12-1"}]}
+    inventories = {
+        "b200-01": {"entries": [{"Id": "HGX_FW_BMC_0", "Version": "HGX-B200-24.08-2"}], "requests": 4, "connections": 1, "seconds": 0.1},
+        "b200-02": {"error": "10.0.0.2:443: no answer to GET /redfish/v1/ within 30 s", "requests": 0, "connections": 1, "seconds": 30.0},
+        "b200-03": {"entries": [{"Id": "HGX_FW_BMC_0", "Version": "HGX-B200-20.01-1"}]},
+    }
+    result = run_module(fleet_report.main, args(tmp_path, nodes=nodes, expected_hosts=[], bmc_inventories=inventories))
+    by_name = {n["name"]: n for n in result["report"]["nodes"]}
+    assert by_name["b200-01"]["gpu_firmware"] == "HGX-B200-24.08-2" and by_name["b200-01"]["status"] == "drift"
+    assert by_name["b200-02"]["bmc_inventory"] == "error: 10.0.0.2:443: no answer to GET /redfish/v1/ within 30 s"
+    assert by_name["b200-02"]["status"] == "unknown"
+    assert by_name["b200-03"]["gpu_firmware"] == "HGX-B200-24.12-1" and by_name["b200-03"]["status"] == "ok"
+
+
+def test_a_bmc_inventory_that_is_not_a_dict_is_refused(tmp_path, run_module):
+    result = run_module(fleet_report.main, args(tmp_path, bmc_inventories={"gpu-001": ["not", "a", "dict"]}))
+    assert result["failed"] is True
+    assert result["msg"].startswith("bmc_inventories['gpu-001'] is a list")
+    assert not (tmp_path / "reports").exists()
