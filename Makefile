@@ -54,7 +54,7 @@ unit: venv
 # INTEGRATION_WORKERS=0 runs them one after the other.
 INTEGRATION_WORKERS ?= 2
 integration: venv
-	$(BIN)/python -m pytest tests/integration -q -p no:cacheprovider -m integration -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30
+	$(BIN)/python -m pytest tests/integration -q -p no:cacheprovider -m integration -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 build: venv
 	rm -rf build/dist && mkdir -p build/dist build/installed

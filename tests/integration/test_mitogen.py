@@ -1,9 +1,10 @@
 """Every module of the collection under Mitogen's mitogen_linear strategy, as under Ansible's own linear one.
 
-One playbook calls each of the twelve modules, read-only or in check mode, on a 2-node simulated fleet (127.0.121.x,
+One playbook calls each module of the collection (the test fails when plugins/modules holds one it does not call),
+read-only or in check mode, on a 2-node simulated fleet (127.0.121.x,
 BMCs on 127.0.221.x, slurmctld on 16500): gpu_facts, gpu_validate, node_state, rollout_state, nvidia_driver, mlxfw,
 nvfwupd (query, from the controller), slurm_node and slurm_capacity (delegated to the Slurm client), fleet_report,
-validation_report and rollout_report (on the controller). It runs once with strategy linear and once with mitogen_linear;
+bmc_inventory, validation_report and rollout_report (on the controller). It runs once with strategy linear and once with mitogen_linear;
 every task must succeed under both, with the same changed flags and the same facts (driver, GPU count, the NICs).
 Needs root, the simulator's packages and Mitogen for Ansible (`pip install mitogen`, 0.3.54 supports ansible-core 2.19:
 it skips with that reason without it); nvfwupd needs ../shared/tools/open-nvfwupd (the test skips without it). Run:
@@ -19,7 +20,7 @@ import pathlib
 
 import pytest
 import yaml
-from fleet import ANSIBLE_PLAYBOOK, ansible_env, fleet_up, json_doc, needs_fleet, run
+from fleet import ANSIBLE_PLAYBOOK, TESTS, ansible_env, fleet_up, json_doc, needs_fleet, run
 from fleet import Fleet as BaseFleet
 from gpusim import artifacts, opennvfwupd
 from rollout_helpers import OLD, write_runfiles
@@ -40,8 +41,9 @@ SPEC = {
     },
     "nodes": [{"count": 2, "prefix": "mito-", "sku": "hgx_h100", "driver": OLD, "kernel_module": "open"}],
 }
-MODULES = ("fleet_report", "gpu_facts", "gpu_validate", "mlxfw", "node_state", "nvfwupd", "nvidia_driver", "rollout_report",
+MODULES = ("bmc_inventory", "fleet_report", "gpu_facts", "gpu_validate", "mlxfw", "node_state", "nvfwupd", "nvidia_driver", "rollout_report",
            "rollout_state", "slurm_capacity", "slurm_node", "validation_report")
+CONTROLLER = ("bmc_inventory", "fleet_report", "rollout_report", "validation_report")  # run once, on localhost
 
 PLAYBOOK = """
 - name: Every module on the nodes, read-only or in check mode
@@ -128,8 +130,14 @@ PLAYBOOK = """
   hosts: localhost
   gather_facts: false
   tasks:
+    - name: bmc_inventory
+      gpufleet.lifecycle.bmc_inventory:
+        bmcs: "{{ groups['gpu_nodes'] | map('extract', hostvars) | gpufleet.lifecycle.bmc_endpoints }}"
+        validate_certs: false
+      register: bmc
     - name: fleet_report
       gpufleet.lifecycle.fleet_report:
+        bmc_inventories: "{{ bmc.inventories }}"
         nodes: "{{ groups['gpu_nodes'] | map('extract', hostvars, 'audit_record') | list }}"
         expected_hosts: "{{ groups['gpu_nodes'] }}"
         dest: "{{ report_dir }}/fleet"
@@ -194,11 +202,12 @@ def runs(fleet):
 
 
 def test_the_playbook_calls_every_module(runs):
+    assert set(MODULES) == {path.stem for path in (TESTS.parent / "plugins" / "modules").glob("*.py")}
     assert set(MODULES) <= {name.split()[0] for name in runs["linear"]}
     for strategy, tasks in runs.items():
         ran = {module: sorted({h for name, hosts in tasks.items() if name.split()[0] == module for h, r in hosts.items() if not r.get("skipped")})
                for module in MODULES}
-        assert ran == {module: ["localhost"] if module.endswith("_report") else ["mito-01", "mito-02"] for module in MODULES}, strategy
+        assert ran == {module: ["localhost"] if module in CONTROLLER else ["mito-01", "mito-02"] for module in MODULES}, strategy
 
 
 @pytest.mark.parametrize("strategy", ["linear", "mitogen_linear"])
@@ -219,6 +228,10 @@ def test_mitogen_gives_the_same_answers_as_linear(runs):
             assert under_mitogen[key] == facts[key], (host, key)
     for host, result in linear["gpu_validate"].items():
         assert [(c["name"], c["status"]) for c in mitogen["gpu_validate"][host]["checks"]] == [(c["name"], c["status"]) for c in result["checks"]]
+    bmc = {strategy: runs[strategy]["bmc_inventory"]["localhost"] for strategy in runs}
+    assert bmc["linear"]["summary"]["errors"] == [] and bmc["mitogen_linear"]["summary"]["errors"] == []
+    assert {h: r["entries"] for h, r in bmc["mitogen_linear"]["inventories"].items()} == {h: r["entries"] for h, r in bmc["linear"]["inventories"].items()}
+    assert sorted(bmc["linear"]["inventories"]) == ["mito-01", "mito-02"]
 
 
 def test_mitogen_really_ran_the_modules(runs):

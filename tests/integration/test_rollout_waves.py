@@ -36,7 +36,7 @@ def first(fleet, tmp_path_factory):
     fleet.fault("gpu-06", "xid48", gpu=0, when="upgrade")
     fleet.fault("gpu-06", "no_return")
     done = fleet.upgrade(out / "report", gpufleet_max_unavailable=3, gpufleet_waves=[3], gpufleet_failure_budget=2,
-                         gpufleet_wave_max_fail_percentage=50, gpufleet_reboot_timeout=15)
+                         gpufleet_wave_max_fail_percentage=50)
     return {"run": done, "report": out / "report"}
 
 

@@ -1,0 +1,72 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The audit's filters: gpufleet.lifecycle.bmc_endpoints (the BMCs of some hosts, as gpufleet.lifecycle.bmc_inventory takes
+them) and gpufleet.lifecycle.audit_records (each host's audit record, as gpufleet.lifecycle.fleet_report takes it).
+
+Documentation in the adjacent bmc_endpoints.yml and audit_records.yml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+
+def _text(value):
+    return "" if value is None else str(value)
+
+
+def bmc_endpoints(hosts):
+    """``[{name, address, port, user, password}]`` for each host whose bmc_address, bmc_user and bmc_password are all set."""
+    endpoints = []
+    for name, host in _hosts(hosts, "bmc_endpoints"):
+        address, user, password = (_text(host.get(key)) for key in ("bmc_address", "bmc_user", "bmc_password"))
+        if not (address and user and password):
+            continue  # no BMC credentials: the audit reports its out-of-band firmware unknown, for that reason
+        port = host.get("bmc_port", 443)
+        try:
+            port = int(_text(port).strip() or 443)
+        except ValueError:
+            raise AnsibleFilterError(f"gpufleet.lifecycle.bmc_endpoints: {name}: bmc_port is {port!r}, not a port number") from None
+        endpoints.append({"name": name, "address": address, "port": port, "user": user, "password": password})
+    return endpoints
+
+
+def _hosts(hosts, name):
+    if isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__iter__"):
+        raise AnsibleFilterError(f"gpufleet.lifecycle.{name}: the input is a {type(hosts).__name__}: give a list of hostvars (map('extract', hostvars))")
+    for index, host in enumerate(hosts):
+        if not isinstance(host, Mapping):
+            raise AnsibleFilterError(f"gpufleet.lifecycle.{name}: item {index} is a {type(host).__name__}, not a host's variables")
+        host_name = _text(host.get("inventory_hostname"))
+        if not host_name:
+            raise AnsibleFilterError(f"gpufleet.lifecycle.{name}: item {index} has no inventory_hostname: give hostvars entries")
+        yield host_name, host
+
+
+def audit_records(hosts, registered="gpufleet_audit_gathered"):
+    """``[{name, sku, bom, facts} or {name, sku, error}]`` for each host whose gpu_facts result is registered as ``registered``."""
+    records = []
+    for name, host in _hosts(hosts, "audit_records"):
+        result = host.get(registered)
+        if not isinstance(result, Mapping):
+            continue  # gpu_facts never ran there (unreachable, or not targeted): the report names it unreachable
+        sku = _text(host.get("gpufleet_sku")) or "unknown"
+        facts = (result.get("ansible_facts") or {}).get("gpufleet") if isinstance(result.get("ansible_facts"), Mapping) else None
+        if result.get("unreachable"):
+            continue
+        if isinstance(facts, Mapping) and not result.get("failed_when_result") and not result.get("failed"):
+            records.append({"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": facts})
+        else:
+            records.append({"name": name, "sku": sku, "error": _text(result.get("msg")) or "gpu_facts failed"})
+    return records
+
+
+class FilterModule:
+    """gpufleet.lifecycle audit filters."""
+
+    def filters(self):
+        return {"bmc_endpoints": bmc_endpoints, "audit_records": audit_records}
