@@ -89,7 +89,8 @@ def timed(cmd: list[str], **kw) -> tuple[float, float]:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
     elapsed = time.monotonic() - started
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+        fatal = "\n".join(line[:2000] for line in done.stdout.splitlines() if "fatal:" in line or "FAILED!" in line)
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{fatal}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
     return elapsed, children_cpu_s() - cpu_before
 
 

@@ -96,9 +96,23 @@ options:
 """
 
 EXAMPLES = r"""
+# As playbooks/audit.yml does: gpu_facts registered on every node, the BMCs read in one task, one report.
+- name: Gather GPU facts
+  gpufleet.lifecycle.gpu_facts:
+  register: gpufleet_audit_gathered
+  failed_when: false
+
+- name: Read every BMC's firmware inventory
+  gpufleet.lifecycle.bmc_inventory:
+    bmcs: "{{ ansible_play_hosts | map('extract', hostvars) | gpufleet.lifecycle.bmc_endpoints }}"
+  delegate_to: localhost
+  run_once: true
+  register: bmc
+
 - name: Write the fleet report
   gpufleet.lifecycle.fleet_report:
-    nodes: "{{ groups['gpu_nodes'] | map('extract', hostvars) | selectattr('gpufleet_audit', 'defined') | map(attribute='gpufleet_audit') }}"
+    nodes: "{{ ansible_play_hosts | map('extract', hostvars) | gpufleet.lifecycle.audit_records }}"
+    bmc_inventories: "{{ bmc.inventories }}"
     expected_hosts: "{{ groups['gpu_nodes'] }}"
     dest: reports/
   delegate_to: localhost
