@@ -18,6 +18,7 @@ Needs root, the simulator's packages and the open-nvfwupd venv (tests/gpusim/ins
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import ssl
@@ -180,6 +181,17 @@ def boot_time(fleet, name: str) -> str:
     return re.search(r" BootTime=(\S+)", fleet.scontrol("show", "node", "-o", name)).group(1)
 
 
+@contextlib.contextmanager
+def return_to_service(fleet, value: int, name: str):
+    """slurmctld with ReturnToService=value for a probe of ``name``; then the fleet's 2 again and the node resumed by hand."""
+    set_return_to_service(fleet, value)
+    try:
+        yield
+    finally:
+        set_return_to_service(fleet, 2)
+        resume_by_hand(fleet, name)
+
+
 def after_power_cycle(fleet, name: str) -> dict[str, str]:
     """Power-cycle the node; Slurm's view of it once its slurmd registered the new boot (and settled)."""
     boots, booted = fleet.sim(name)["boot_count"], boot_time(fleet, name)
@@ -206,8 +218,7 @@ def resume_as_rollout(fleet, name: str, rollout_id: str) -> dict:
 @pytest.mark.parametrize("rts", [1, 2])
 def test_a_drain_of_ours_survives_an_ac_power_cycle_and_is_resumed(fleet, rts):
     name = fleet.names[0]
-    set_return_to_service(fleet, rts)
-    try:
+    with return_to_service(fleet, rts, name):
         ours = f"gpufleet:r-probe{rts}: power cycle"
         fleet.scontrol("update", f"nodename={name}", "state=drain", f"reason={ours}")
         node = after_power_cycle(fleet, name)
@@ -220,17 +231,13 @@ def test_a_drain_of_ours_survives_an_ac_power_cycle_and_is_resumed(fleet, rts):
         while unavailable(fleet.node(name)["state"]):
             assert time.monotonic() < deadline, fleet.node(name)
             time.sleep(0.5)
-    finally:
-        set_return_to_service(fleet, 2)
-        resume_by_hand(fleet, name)
 
 
 def test_a_resume_before_slurm_registered_the_new_boot_is_undone_by_it(fleet):
     # Why the rollout waits for Slurm's new BootTime after its power cycle: resumed before slurmd registers the new
     # boot, the node is DOWN again at that registration, with Slurm's reason, which is not ours (ReturnToService=1).
     name = fleet.names[-1]
-    set_return_to_service(fleet, 1)
-    try:
+    with return_to_service(fleet, 1, name):
         fleet.scontrol("update", f"nodename={name}", "state=drain", "reason=gpufleet:r-probe: power cycle")
         boots, booted = fleet.sim(name)["boot_count"], boot_time(fleet, name)
         redfish_reset(fleet, name, "ForceOff")
@@ -248,21 +255,14 @@ def test_a_resume_before_slurm_registered_the_new_boot_is_undone_by_it(fleet):
         assert node["state"].startswith("DOWN") and node["reason"].startswith("Node unexpectedly rebooted"), node
         resumed = resume_as_rollout(fleet, name, "r-probe")
         assert resumed["changed"] is False and resumed["drained_by_others"] is True, resumed  # never ours (invariant 3)
-    finally:
-        set_return_to_service(fleet, 2)
-        resume_by_hand(fleet, name)
 
 
 def test_an_unexpected_reboot_of_a_node_in_service_is_not_ours(fleet):
     name = fleet.names[-1]
-    set_return_to_service(fleet, 1)
-    try:
+    with return_to_service(fleet, 1, name):
         node = after_power_cycle(fleet, name)
         print(f"ReturnToService=1, in service, after an AC power cycle: {node}")
         assert node["state"].startswith("DOWN") and node["reason"].startswith("Node unexpectedly rebooted"), node
         resumed = resume_as_rollout(fleet, name, "r-probe")
         assert resumed["changed"] is False and resumed["drained_by_others"] is True, resumed
         assert fleet.node(name)["state"].startswith("DOWN"), fleet.node(name)
-    finally:
-        set_return_to_service(fleet, 2)
-        resume_by_hand(fleet, name)
