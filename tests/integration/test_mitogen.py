@@ -1,8 +1,8 @@
 """Every module of the collection under Mitogen's mitogen_linear strategy, as under Ansible's own linear one.
 
 One playbook calls each module of the collection (the test fails when plugins/modules holds one it does not call),
-read-only or in check mode, on a 2-node simulated fleet (127.0.121.x,
-BMCs on 127.0.221.x, slurmctld on 16500): gpu_facts, gpu_validate, node_state, rollout_state, nvidia_driver, mlxfw,
+read-only or in check mode, on a 2-node simulated fleet (127.0.122.x,
+BMCs on 127.0.222.x, slurmctld on 16500): gpu_facts, gpu_validate, node_state, rollout_state, nvidia_driver, mlxfw,
 nvfwupd (query, from the controller), slurm_node and slurm_capacity (delegated to the Slurm client), fleet_report,
 bmc_inventory, validation_report and rollout_report (on the controller). It runs once with strategy linear and once with mitogen_linear;
 every task must succeed under both, with the same changed flags and the same facts (driver, GPU count, the NICs).
@@ -28,7 +28,7 @@ from rollout_helpers import OLD, write_runfiles
 pytestmark = needs_fleet()
 
 SPEC = {
-    "fleet": {"name": "mitogen-2", "loopback": 121, "slurm_port": 16500},
+    "fleet": {"name": "mitogen-2", "loopback": 122, "slurm_port": 16500},
     "timing": {"reboot": 1, "flash": 1, "diag": 0.2, "burn": 0.2, "nccl": 0.2},
     "skus": {
         "hgx_h100": {

@@ -8,6 +8,7 @@ the specs written inline in the integration tests.
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import re
 import sys
@@ -41,9 +42,9 @@ def fleets():
         nets = {octet(n.address) for n in fleet.nodes}
         bmcs = {octet(n.bmc_address) for n in fleet.nodes if n.bmc_address}
         out.append((str(path.relative_to(TESTS)), nets, bmcs, fleet.slurm_port, fleet.slurm_port + 1 + len(fleet.nodes)))
-    for path in sorted((TESTS / "integration").glob("*.py")):
+    for path in sorted((TESTS / "integration").glob("*.py")):  # YAML (loopback: 32) or a Python dict ("loopback": 121)
         text = path.read_text()
-        for loopback, port in re.findall(r"loopback:\s*(\d+)\b.*?slurm_port:\s*(\d+)", text, re.S):
+        for loopback, port in re.findall(r"""\bloopback["']?:\s*(\d+)\b.*?\bslurm_port["']?:\s*(\d+)""", text, re.S):
             out.append((str(path.relative_to(TESTS)), {int(loopback)}, {int(loopback) + 100}, int(port), int(port) + 1 + INLINE_NODES))
     return out
 
@@ -62,21 +63,18 @@ def test_the_specs_are_found():
     assert "fixtures/rollout/fleet-happy.yml" in where and any(w.startswith("integration/") for w in where), sorted(where)
 
 
+def pairs():
+    """Every two fleets that run apart (not the same fleet brought up by two places)."""
+    return [(a, b) for a, b in itertools.combinations(fleets(), 2) if not shared(a[0], b[0])]
+
+
 def test_no_two_fleets_share_node_or_bmc_addresses():
-    found = fleets()
-    for i, (where_a, lo_a, bmc_a, _p, _q) in enumerate(found):
-        for where_b, lo_b, bmc_b, _r, _s in found[i + 1:]:
-            if shared(where_a, where_b):
-                continue
-            clash = (lo_a | bmc_a) & (lo_b | bmc_b)
-            assert not clash, f"{where_a} and {where_b} both use 127.0.{min(clash)}.x: give one its own fleet.loopback"
+    for (where_a, lo_a, bmc_a, _p, _q), (where_b, lo_b, bmc_b, _r, _s) in pairs():
+        clash = (lo_a | bmc_a) & (lo_b | bmc_b)
+        assert not clash, f"{where_a} and {where_b} both use 127.0.{min(clash)}.x: give one its own fleet.loopback"
 
 
 def test_no_two_fleets_share_slurm_ports():
-    found = fleets()
-    for i, (where_a, _l, _b, first_a, last_a) in enumerate(found):
-        for where_b, _m, _c, first_b, last_b in found[i + 1:]:
-            if shared(where_a, where_b):
-                continue
-            assert last_a < first_b or last_b < first_a, (
-                f"{where_a} (Slurm ports {first_a}-{last_a}) and {where_b} ({first_b}-{last_b}) overlap: give one its own fleet.slurm_port")
+    for (where_a, _l, _b, first_a, last_a), (where_b, _m, _c, first_b, last_b) in pairs():
+        assert last_a < first_b or last_b < first_a, (
+            f"{where_a} (Slurm ports {first_a}-{last_a}) and {where_b} ({first_b}-{last_b}) overlap: give one its own fleet.slurm_port")
