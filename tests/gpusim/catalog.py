@@ -8,7 +8,6 @@ spec always gives the same identities.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 
@@ -82,6 +81,8 @@ def pci_bus_id(index: int) -> str:
 
 
 def _digest(*parts: object) -> bytes:
+    import hashlib  # here, not at the top: a simulated tool's start-up does without it (tools/_xml.py)
+
     return hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
 
 

@@ -31,7 +31,8 @@ gpusim status
 
 # The BMCs' certificate is the fleet's own self-signed one: the audit checks it against that, not skips the check.
 echo "== auditing it: ansible-playbook playbooks/audit.yml"
-export ANSIBLE_COLLECTIONS_PATH=$REPO/.collections ANSIBLE_HOST_KEY_CHECKING=False
+# SSH pipelining (one round trip per module, as the fleet's own ansible.cfg has it); ANSIBLE_PIPELINING=False to see the default.
+export ANSIBLE_COLLECTIONS_PATH=$REPO/.collections ANSIBLE_HOST_KEY_CHECKING=False ANSIBLE_PIPELINING=${ANSIBLE_PIPELINING:-True}
 "$REPO/.venv/bin/ansible-playbook" -i "$WORKDIR/inventory/hosts.yml" playbooks/audit.yml -f 24 \
   -e "gpufleet_report_dir=$REPORTS" -e "gpufleet_bmc_ca_path=$WORKDIR/bmc/cert.pem"
 

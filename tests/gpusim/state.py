@@ -14,9 +14,7 @@ import copy
 import fcntl
 import json
 import os
-import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -132,7 +130,7 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
         "processes": [],
         "timing": timing,
         "perf": perf,
-        "boot_id": str(uuid.uuid4()),
+        "boot_id": _new_boot_id(),
         "booted_at": time.time(),
         "boot_count": 0,
         "down": False,
@@ -209,6 +207,20 @@ def proc_version_text(state: dict[str, Any]) -> str:
     return head + "\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) \n"
 
 
+# uuid and shutil are imported where they are used: every simulated tool imports this module, and the rollout tests
+# run those tools thousands of times (tools/_xml.py says what their start-up costs).
+def _new_boot_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
     proc = node_dir / "proc_driver"
     nv = proc / "nvidia"
@@ -217,7 +229,7 @@ def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
         nv.mkdir(exist_ok=True)
         (nv / "version").write_text(proc_version_text(state))
     elif nv.exists():
-        shutil.rmtree(nv, ignore_errors=True)
+        _rmtree(nv)
     # The nvidia module lists the NVSwitches it drives under /proc/driver/nvidia-nvswitch/devices.
     switches = proc / "nvidia-nvswitch"
     if driver_loaded(state) and state.get("nvswitch"):
@@ -226,7 +238,7 @@ def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
         for n in range(4):
             (devices / f"0000:{0x05 + n:02x}:00.0").mkdir(exist_ok=True)
     elif switches.exists():
-        shutil.rmtree(switches, ignore_errors=True)
+        _rmtree(switches)
     # boot_id and osrelease are bind-mount targets: rewrite in place, never rename.
     _write_in_place(node_dir / "boot_id", state["boot_id"] + "\n")
     _write_in_place(node_dir / "osrelease", state["kernel"] + "\n")
@@ -505,7 +517,7 @@ def boot(node_dir: Path | str, power_cycle: bool = False) -> bool:
             if nic.get("staged_fw"):
                 nic["fw"] = nic["staged_fw"]
                 nic["staged_fw"] = None
-        state["boot_id"] = str(uuid.uuid4())
+        state["boot_id"] = _new_boot_id()
         state["booted_at"] = time.time()
         state["boot_count"] += 1
         state["down"] = False

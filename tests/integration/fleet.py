@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 import pytest
 
@@ -77,9 +77,16 @@ def fleet_up(spec: pathlib.Path, workdir: pathlib.Path, *, timeout: float = 120,
 
 
 def ansible_env(json_output: bool = False, **extra: str) -> dict[str, str]:
-    """The environment of ansible/ansible-playbook: this collection, no host key checking, no colour; the json callback on request."""
+    """The environment of ansible/ansible-playbook: this collection, no host key checking, no colour, SSH pipelining;
+    the json callback on request.
+
+    Pipelining is what the fleet's own ansible.cfg (gpusim up) and a tuned controller use: a module runs in one SSH
+    round trip instead of four (measured on test_rollout_waves' rollout: 18 % less CPU). The suite is CPU-bound on
+    two cores, so that is its time. test_nvidia_driver.py runs with it off (Fleet.env_extra): the path where Ansible
+    copies each module to the node stays tested."""
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_RETRY_FILES_ENABLED="False")
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_DEPRECATION_WARNINGS="False", ANSIBLE_RETRY_FILES_ENABLED="False",
+               ANSIBLE_PIPELINING="True")
     if json_output:
         env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
     env.update(extra)
@@ -103,6 +110,9 @@ def task_hosts(proc: subprocess.CompletedProcess) -> dict[str, dict]:
 
 class Fleet:
     """A fleet that gpusim brought up in workdir: its record (fleet.json), inventory, SSH and Ansible."""
+
+    # Extra environment of this fleet's ansible and ansible-playbook runs (e.g. {"ANSIBLE_PIPELINING": "False"}).
+    env_extra: ClassVar[dict[str, str]] = {}
 
     def __init__(self, workdir: pathlib.Path):
         self.workdir = workdir
@@ -129,13 +139,14 @@ class Fleet:
 
     def ansible(self, pattern: str, *args: str, timeout: float = 300, json_output: bool = False) -> subprocess.CompletedProcess:
         """`ansible PATTERN -i INVENTORY ARGS`."""
-        return run([str(ANSIBLE), pattern, "-i", str(self.inventory), *args], env=ansible_env(json_output), timeout=timeout)
+        return run([str(ANSIBLE), pattern, "-i", str(self.inventory), *args], env=ansible_env(json_output, **self.env_extra),
+                   timeout=timeout)
 
     def ansible_playbook(self, playbook: pathlib.Path, *args: str, timeout: float = 300, json_output: bool = False,
                          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """`ansible-playbook -i INVENTORY PLAYBOOK ARGS` (env: the whole environment, instead of ansible_env(json_output))."""
         return run([str(ANSIBLE_PLAYBOOK), "-i", str(self.inventory), str(playbook), *args],
-                   env=env if env is not None else ansible_env(json_output), timeout=timeout)
+                   env=env if env is not None else ansible_env(json_output, **self.env_extra), timeout=timeout)
 
     def module(self, module: str, pattern: str, args: dict, *, check: bool = False, diff: bool = False, timeout: float = 240) -> dict[str, dict]:
         """`ansible PATTERN -m MODULE -a ARGS [--diff] [--check]` with the json callback -> {host: result}."""

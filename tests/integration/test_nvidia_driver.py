@@ -18,6 +18,7 @@ import json
 import pathlib
 import re
 import subprocess
+from typing import ClassVar
 
 import pytest
 from fleet import TESTS, fleet_up, needs_fleet
@@ -44,6 +45,9 @@ ROLE_PLAYBOOK = """
 
 
 class Fleet(BaseFleet):
+    # Ansible's default, here only: each module is copied to the node (sftp) and run from there, not piped into python.
+    env_extra: ClassVar[dict[str, str]] = {"ANSIBLE_PIPELINING": "False"}
+
     def __init__(self, workdir: pathlib.Path, runfiles: dict[str, dict[str, str]]):
         super().__init__(workdir)
         self.runfiles = runfiles

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
-from xml.sax.saxutils import quoteattr
 
 from .. import catalog
 from .. import state as st
 from ._common import fail, load, out, scaled_sleep, update
+from ._xml import quoteattr
 
 
 def read_image(path: str) -> dict[str, Any] | None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from xml.sax.saxutils import escape
 
 from .. import catalog, firmware
 from .. import state as st
 from . import nvsmi_tree
 from ._common import ToolExit, err, fail, load, out, update
+from ._xml import escape
 
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.\n")
