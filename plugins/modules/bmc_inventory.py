@@ -75,6 +75,14 @@ options:
     description: How many BMCs are read at the same time, 1 to 256.
     type: int
     default: 32
+  expand:
+    description:
+      - Ask a BMC whose service root advertises C(ProtocolFeaturesSupported.ExpandQuery) for the inventory with its members
+        expanded (Redfish C($expand)), one request instead of one per member.
+      - A member the BMC did not expand is read on its own, and a BMC that refuses the expanded request is read member by
+        member, so the entries are the same with or without it. V(false) always reads member by member.
+    type: bool
+    default: true
 notes:
   - Run it once for the fleet on the controller (C(run_once), or a play on C(localhost)), not once per host.
 seealso:
@@ -104,6 +112,7 @@ inventories:
     gpu-01:
       entries:
         - {Id: HGX_FW_BMC_0, Name: HGX_FW_BMC_0 firmware, Version: HGX-22.10-1, Updateable: true, Status: {State: Enabled, Health: OK}}
+      expand: null
       requests: 22
       connections: 1
       seconds: 0.41
@@ -117,6 +126,11 @@ inventories:
       description: The firmware inventory's members, in the BMC's order; absent when C(error) is set.
       type: list
       elements: dict
+    expand:
+      description:
+        - The C($expand) query the inventory was read with (for example C($expand=.($levels=1))), or V(null) when it was read
+          member by member (not advertised, refused, or O(expand=false)); absent when C(error) is set.
+      type: str
     error:
       description: Why the BMC's inventory could not be read, and what to do; absent when it was read.
       type: str
@@ -161,6 +175,7 @@ def main():
             timeout=dict(type="int", default=30),
             total_timeout=dict(type="int", default=300),
             workers=dict(type="int", default=32),
+            expand=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )

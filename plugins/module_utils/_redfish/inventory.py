@@ -15,6 +15,12 @@ What a BMC answers is a finding, not a failure: a BMC that refuses, times out or
 BMC it was given (a link with a scheme or a host is refused: the credentials go to no other host), reads at most
 MAX_BODY bytes a response, MAX_MEMBERS members and MAX_PAGES pages, and each request is bounded by ``timeout`` and
 each BMC by ``total_timeout``.
+
+With ``expand``, a BMC whose service root advertises ``ProtocolFeaturesSupported.ExpandQuery`` (DSP0266's ``$expand``:
+``NoLinks`` for ``.``, else ``ExpandAll`` for ``*``; ``($levels=1)`` when it supports ``Levels``) is asked for the
+collection with its members expanded: one request for the whole inventory instead of one per member. A member that
+comes back as a bare link is still read on its own, and a BMC that refuses the expanded request (an HTTP error other
+than 401) is read member by member: the entries are the same either way.
 """
 
 from __future__ import annotations
@@ -46,6 +52,10 @@ class BmcParamError(GpufleetError):
 
 class _BmcError(Exception):
     """One BMC's answer could not be used; its message becomes that BMC's ``error``."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status  # the HTTP status that made it, when it was one
 
 
 def _single_line(value, field):
@@ -216,23 +226,59 @@ class _Reader:
             raise _BmcError(f"{self.where}: the BMC refused the credentials of user {self.bmc['user']!r} (HTTP 401): check bmc_user and bmc_password")
         if status != 200:
             detail = _bmc_message(doc)
-            raise _BmcError(f"{self.where}: GET {path} answered HTTP {status}" + (f": {detail[:MESSAGE_CHARS]}" if detail else ""))
+            raise _BmcError(f"{self.where}: GET {path} answered HTTP {status}" + (f": {detail[:MESSAGE_CHARS]}" if detail else ""), status)
         if not isinstance(doc, dict):
             raise _BmcError(f"{self.where}: GET {path} answered JSON that is not an object: not a Redfish resource")
         return doc
 
 
-def read_one(bmc, context, timeout, total_timeout):
-    """``{"entries": [...], "requests": N, "connections": K, "seconds": S}`` or ``{"error": ..., ...}`` for one BMC."""
+def expand_query(root):
+    """The ``$expand`` query the service root advertises for a collection's members (DSP0266 ExpandQuery), or None."""
+    features = root.get("ProtocolFeaturesSupported")
+    expand = features.get("ExpandQuery") if isinstance(features, dict) else None
+    if not isinstance(expand, dict):
+        return None
+    # Members are subordinate resources, not Links: "." expands them and nothing else; "*" also expands Links.
+    token = "." if expand.get("NoLinks") is True else "*" if expand.get("ExpandAll") is True else None
+    if token is None:
+        return None
+    return f"$expand={token}($levels=1)" if expand.get("Levels") is True else f"$expand={token}"
+
+
+def _expanded(member):
+    """The member's own properties when the BMC expanded it (a SoftwareInventory's required Id and Name, not only its
+    link), else None."""
+    return member if isinstance(member, dict) and "Id" in member and "Name" in member else None
+
+
+def _first_page(reader, page, query):
+    """The collection's first page, expanded when query is given and the BMC takes it: (document, query used)."""
+    if query:
+        try:
+            return reader.get(f"{page}?{query}"), query
+        except _BmcError as exc:
+            if exc.status is None or exc.status == 401:
+                raise
+            # It advertised $expand but refused it: the inventory is read member by member instead.
+    return reader.get(page), None
+
+
+def read_one(bmc, context, timeout, total_timeout, expand=True):
+    """``{"entries": [...], "expand": Q, "requests": N, "connections": K, "seconds": S}`` or ``{"error": ..., ...}``
+    for one BMC (Q: the ``$expand`` query the inventory was read with, or None)."""
     start = time.monotonic()
     reader = _Reader(bmc, context, timeout, start + total_timeout)
+    used = None
     try:
         root = reader.get(SERVICE_ROOT)
         update_service = reader.get(_link(root, "UpdateService", SERVICE_ROOT))
         page = _link(update_service, "FirmwareInventory", "UpdateService")
         entries = []
-        for _page in range(MAX_PAGES):
-            collection = reader.get(page)
+        for number in range(MAX_PAGES):
+            if number == 0:
+                collection, used = _first_page(reader, page, expand_query(root) if expand else None)
+            else:
+                collection = reader.get(page)
             members = collection.get("Members")
             if not isinstance(members, list):
                 raise _BmcError(f"{reader.where}: {page} has no Members list: not a firmware inventory collection")
@@ -240,7 +286,7 @@ def read_one(bmc, context, timeout, total_timeout):
                 raise _BmcError(f"{reader.where}: the firmware inventory has more than {MAX_MEMBERS} members: not read")
             for index, member in enumerate(members):
                 path = _path(member.get("@odata.id") if isinstance(member, dict) else None, f"{page}: Members[{index}]")
-                item = reader.get(path)
+                item = _expanded(member) or reader.get(path)
                 entries.append({key: item[key] for key in ENTRY_KEYS if key in item})
             following = collection.get("Members@odata.nextLink")
             if following is None:
@@ -248,7 +294,7 @@ def read_one(bmc, context, timeout, total_timeout):
             page = _path(following, f"{page}: Members@odata.nextLink")
         else:
             raise _BmcError(f"{reader.where}: the firmware inventory has more than {MAX_PAGES} pages: not read")
-        result = {"entries": entries}
+        result = {"entries": entries, "expand": used}
     except _BmcError as exc:
         result = {"error": str(exc)}
     finally:
@@ -257,12 +303,12 @@ def read_one(bmc, context, timeout, total_timeout):
     return result
 
 
-def read_all(bmcs, context, timeout, total_timeout, workers):
+def read_all(bmcs, context, timeout, total_timeout, workers, expand=True):
     """``{name: read_one(...)}`` for every BMC, ``workers`` of them at a time."""
     if not bmcs:
         return {}
     with ThreadPoolExecutor(max_workers=min(workers, len(bmcs)), thread_name_prefix="bmc_inventory") as pool:
-        futures = {bmc["name"]: pool.submit(read_one, bmc, context, timeout, total_timeout) for bmc in bmcs}
+        futures = {bmc["name"]: pool.submit(read_one, bmc, context, timeout, total_timeout, expand) for bmc in bmcs}
     return {name: future.result() for name, future in futures.items()}
 
 
@@ -270,7 +316,7 @@ def run(params):
     bmcs = check_params(params)
     context = tls_context(params["validate_certs"], params.get("ca_path"))
     start = time.monotonic()
-    inventories = read_all(bmcs, context, params["timeout"], params["total_timeout"], params["workers"])
+    inventories = read_all(bmcs, context, params["timeout"], params["total_timeout"], params["workers"], params.get("expand", True))
     errors = sorted(name for name, result in inventories.items() if "error" in result)
     return {
         "changed": False,

@@ -85,6 +85,10 @@ class BmcService:
         self.down_until = 0.0  # a Manager.Reset in progress
         self.log = log or (lambda _msg: None)
         self._cache: tuple[int, int, dict] | None = None
+        # DSP0266 ExpandQuery this BMC advertises and honours on its firmware inventory, or None (the default: NVIDIA's
+        # HMC documents no $expand; OpenBMC's bmcweb has it only when built with insecure-enable-redfish-query, and then
+        # advertises {"ExpandAll": true, "Levels": true, "Links": true, "NoLinks": true, "MaxLevels": 6}).
+        self.expand_query: dict[str, Any] | None = None
 
     # --- state -------------------------------------------------------------------------------
 
@@ -148,6 +152,7 @@ class BmcService:
 
     def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
         """Answer one request; headers have lower-case names."""
+        query = path.split("#", 1)[0].partition("?")[2]
         path = re.sub(r"/+", "/", path.split("?", 1)[0].split("#", 1)[0])
         if len(path) > 1:
             path = path.rstrip("/")
@@ -158,7 +163,7 @@ class BmcService:
                                  f"While accessing the resource at {path}, the service received an authorization "
                                  "error: the credentials are missing or wrong.",
                                  {"WWW-Authenticate": 'Basic realm="Redfish"'})
-            return self._route(method, path, headers, body)
+            return self._route(method, path, headers, body, query)
         except _BadRequest as exc:
             return exc.response
         except (OSError, ValueError) as exc:  # the node's state unreadable: tell the client, keep serving
@@ -166,7 +171,7 @@ class BmcService:
             return error(503, "Base.1.16.0.ServiceTemporarilyUnavailable",
                          f"The service is temporarily unavailable: {exc}", {"Retry-After": "5"})
 
-    def _route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+    def _route(self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = "") -> Response:
         routes = [
             (r"/redfish", {"GET": lambda m: Response(200, {"v1": "/redfish/v1/"})}),
             (SERVICE_ROOT, {"GET": lambda m: Response(200, self.service_root())}),
@@ -199,10 +204,7 @@ class BmcService:
             (f"{SERVICE_ROOT}/UpdateService/update", {"POST": lambda m: self.push(headers, body, multipart=False)}),
             (f"{SERVICE_ROOT}/UpdateService/update-multipart",
              {"POST": lambda m: self.push(headers, body, multipart=True)}),
-            (f"{SERVICE_ROOT}/UpdateService/FirmwareInventory", {"GET": lambda m: Response(200, _collection(
-                f"{SERVICE_ROOT}/UpdateService/FirmwareInventory", "#SoftwareInventoryCollection."
-                "SoftwareInventoryCollection", "Firmware Inventory Collection",
-                [f"{SERVICE_ROOT}/UpdateService/FirmwareInventory/{r['id']}" for r in firmware.inventory(self.state())]))}),
+            (f"{SERVICE_ROOT}/UpdateService/FirmwareInventory", {"GET": lambda m: self.firmware_inventory(query)}),
             (f"{SERVICE_ROOT}/UpdateService/FirmwareInventory/([^/]+)", {"GET": lambda m: self.inventory_item(m.group(1))}),
             (f"{SERVICE_ROOT}/TaskService", {"GET": lambda m: Response(200, self.task_service())}),
             (f"{SERVICE_ROOT}/TaskService/Tasks", {"GET": lambda m: Response(200, _collection(
@@ -244,6 +246,7 @@ class BmcService:
             "TaskService": _link(f"{SERVICE_ROOT}/TaskService"),
             "SessionService": _link(f"{SERVICE_ROOT}/SessionService"),
             "Links": {"Sessions": _link(f"{SERVICE_ROOT}/SessionService/Sessions")},
+            **({"ProtocolFeaturesSupported": {"ExpandQuery": self.expand_query}} if self.expand_query else {}),
         }
 
     def _uuid(self, what: str) -> str:
@@ -375,11 +378,34 @@ class BmcService:
                                            "ResetType@Redfish.AllowableValues": MANAGER_RESET_TYPES}},
         })
 
+    def firmware_inventory(self, query: str) -> Response:
+        """The FirmwareInventory collection; its members expanded for $expand=. or * (with or without ($levels=1))
+        when expand_query advertises it (a query it does not advertise is ignored, as without the feature)."""
+        uri = f"{SERVICE_ROOT}/UpdateService/FirmwareInventory"
+        s = self.state()
+        rows = firmware.inventory(s)
+        doc = _collection(uri, "#SoftwareInventoryCollection.SoftwareInventoryCollection", "Firmware Inventory Collection",
+                          [f"{uri}/{r['id']}" for r in rows])
+        expand = next((v for k, v in (p.partition("=")[::2] for p in query.split("&")) if k == "$expand"), None)
+        advertised = self.expand_query
+        if expand is not None and advertised:
+            which, _, levels = expand.partition("(")
+            if levels not in ("", "$levels=1)") or (levels and not advertised.get("Levels")):
+                return error(400, "Base.1.16.0.QueryParameterValueFormatError",
+                             f"The value {expand} for the query parameter $expand is of a different format than the parameter can accept.")
+            if (which == "." and advertised.get("NoLinks")) or (which in ("*", "~") and advertised.get("ExpandAll")):
+                doc["Members"] = [self._inventory_doc(s, r) for r in rows]
+        return Response(200, doc)
+
     def inventory_item(self, cid: str) -> Response:
         s = self.state()
         row = firmware.find(s, cid)
         if row is None:
             return error(404, "Base.1.16.0.ResourceNotFound", f"The firmware inventory item {cid} was not found.")
+        return Response(200, self._inventory_doc(s, row))
+
+    def _inventory_doc(self, s: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+        cid = row["id"]
         doc: dict[str, Any] = {
             "@odata.id": f"{SERVICE_ROOT}/UpdateService/FirmwareInventory/{cid}",
             "@odata.type": "#SoftwareInventory.v1_9_0.SoftwareInventory", "Id": cid, "Name": f"{cid} firmware",
@@ -397,7 +423,7 @@ class BmcService:
             doc["RelatedItem"] = [_link(f"{SERVICE_ROOT}/Chassis/{firmware.gpu_chassis_id(s, row['gpu'])}")]
         elif firmware.is_hgx(s):
             doc["RelatedItem"] = [_link(f"{SERVICE_ROOT}/Chassis/HGX_Chassis_0")]
-        return Response(200, doc)
+        return doc
 
     def update_service(self) -> dict[str, Any]:
         fw = self.state()["gpu_firmware"]

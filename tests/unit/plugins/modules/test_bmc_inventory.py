@@ -25,7 +25,7 @@ if str(TESTS) not in sys.path:
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish import inventory  # noqa: E402
 from gpusim import firmware, state  # noqa: E402
-from gpusim.bmc import cert, server  # noqa: E402
+from gpusim.bmc import cert, redfish, server  # noqa: E402
 
 USER, PASSWORD = "admin", "s3cret-Pw-7"
 SPEC = {
@@ -189,6 +189,87 @@ def test_a_member_link_to_another_host_is_refused(fleet, monkeypatch):
     monkeypatch.setattr(inventory._Reader, "get", get)
     got = inventory.run(params([f.bmc("gpu-01")], validate_certs=False))["inventories"]["gpu-01"]
     assert "Members[1] is '//evil.example/steal', not a path on this BMC" in got["error"]
+
+
+# What OpenBMC's bmcweb advertises when built with $expand (insecure-enable-redfish-query).
+BMCWEB_EXPAND = {"ExpandAll": True, "Levels": True, "Links": True, "NoLinks": True, "MaxLevels": 6}
+
+
+def test_a_bmc_that_advertises_expand_answers_the_inventory_in_one_request(fleet):
+    f = fleet("gpu-01", "gpu-02")
+    f.server.service("gpu-01").expand_query = BMCWEB_EXPAND
+    result = inventory.run(params([f.bmc("gpu-01"), f.bmc("gpu-02")], validate_certs=False))
+    fast, plain = result["inventories"]["gpu-01"], result["inventories"]["gpu-02"]
+    assert fast["expand"] == "$expand=.($levels=1)" and plain["expand"] is None
+    # The service root, the UpdateService and the expanded collection; the same entries as member by member.
+    assert fast["requests"] == 3 < plain["requests"] == 3 + len(plain["entries"])
+    assert {e["Id"]: e["Version"] for e in fast["entries"]} == f.expected("gpu-01")
+    assert [set(e) for e in fast["entries"]] == [set(e) for e in plain["entries"]]
+    assert all(set(e) <= set(inventory.ENTRY_KEYS) for e in fast["entries"])
+
+
+def test_expand_false_reads_member_by_member(fleet):
+    f = fleet("gpu-01")
+    f.server.service("gpu-01").expand_query = BMCWEB_EXPAND
+    got = inventory.run(params([f.bmc("gpu-01")], validate_certs=False, expand=False))["inventories"]["gpu-01"]
+    assert got["expand"] is None and got["requests"] == 3 + len(got["entries"])
+    assert {e["Id"]: e["Version"] for e in got["entries"]} == f.expected("gpu-01")
+
+
+@pytest.mark.parametrize(
+    "advertised, query",
+    [
+        ({"ExpandAll": True}, "$expand=*"),
+        ({"ExpandAll": True, "Levels": True}, "$expand=*($levels=1)"),
+        ({"NoLinks": True}, "$expand=."),
+        ({"Links": True}, None),  # "~" alone would expand only Links, not Members
+        ({"ExpandAll": False, "NoLinks": "yes"}, None),
+    ],
+)
+def test_the_expand_query_follows_what_the_service_root_advertises(advertised, query):
+    assert inventory.expand_query({"ProtocolFeaturesSupported": {"ExpandQuery": advertised}}) == query
+    assert inventory.expand_query({}) is None
+    assert inventory.expand_query({"ProtocolFeaturesSupported": "garbage"}) is None
+
+
+def test_a_bmc_that_advertises_expand_but_refuses_it_is_read_member_by_member(fleet, monkeypatch):
+    f = fleet("gpu-01")
+    service = f.server.service("gpu-01")
+    service.expand_query = BMCWEB_EXPAND
+    real = service.firmware_inventory
+    monkeypatch.setattr(service, "firmware_inventory", lambda query: redfish.error(501, "Base.1.16.0.QueryNotSupported",
+                                                                                   "Querying is not supported.") if query else real(query))
+    got = inventory.run(params([f.bmc("gpu-01")], validate_certs=False))["inventories"]["gpu-01"]
+    assert "error" not in got, got
+    assert got["expand"] is None and got["requests"] == 4 + len(got["entries"])  # the refused request counts
+    assert {e["Id"]: e["Version"] for e in got["entries"]} == f.expected("gpu-01")
+
+
+def test_a_bmc_that_ignores_expand_has_its_members_read_one_by_one(fleet, monkeypatch):
+    f = fleet("gpu-01")
+    service = f.server.service("gpu-01")
+    service.expand_query = BMCWEB_EXPAND
+    real = service.firmware_inventory
+    monkeypatch.setattr(service, "firmware_inventory", lambda query: real(""))  # answers links whatever was asked
+    got = inventory.run(params([f.bmc("gpu-01")], validate_certs=False))["inventories"]["gpu-01"]
+    assert got["requests"] == 3 + len(got["entries"])
+    assert {e["Id"]: e["Version"] for e in got["entries"]} == f.expected("gpu-01")
+
+
+def test_an_expanded_member_that_names_another_host_is_refused(fleet, monkeypatch):
+    f = fleet("gpu-01")
+    f.server.service("gpu-01").expand_query = BMCWEB_EXPAND
+    real = inventory._Reader.get
+
+    def get(self, path):
+        doc = real(self, path)
+        if "/FirmwareInventory?" in path:
+            doc["Members"][0]["@odata.id"] = "https://evil.example/x"
+        return doc
+
+    monkeypatch.setattr(inventory._Reader, "get", get)
+    got = inventory.run(params([f.bmc("gpu-01")], validate_certs=False))["inventories"]["gpu-01"]
+    assert "Members[0] is 'https://evil.example/x', not a path on this BMC" in got["error"]
 
 
 @pytest.mark.parametrize(
