@@ -54,10 +54,16 @@ def reboot(fleet: Fleet, name: str) -> None:
 def test_a_fact_file_written_on_one_node_is_on_that_node_only_and_survives_its_reboot(fleet):
     marker = uuid.uuid4().hex
     fact = f"/etc/ansible/facts.d/gpusim-{marker}.fact"
+    # The node's /etc starts as the controller's, which may lack /etc/ansible (a bare Debian has none): make it, as a
+    # playbook that writes local facts does.
+    controller_had_it = pathlib.Path("/etc/ansible/facts.d").exists()
+    made = fleet.module("ansible.builtin.file", "node-03", {"path": "/etc/ansible/facts.d", "state": "directory", "mode": "0755"})
+    assert not made["node-03"].get("failed"), made
     done = fleet.module("ansible.builtin.copy", "node-03", {"dest": fact, "content": json.dumps({"marker": marker}),
                                                             "mode": "0644"})
     assert done["node-03"]["changed"] is True, done
     assert not pathlib.Path(fact).exists(), "the node wrote the controller's /etc"
+    assert pathlib.Path("/etc/ansible/facts.d").exists() == controller_had_it, "the node made the controller's /etc/ansible"
     assert fleet.ssh("node-01", f"test -e {fact}").returncode == 1
     facts = fleet.module("ansible.builtin.setup", "node-03,node-01", {"gather_subset": ["!all", "!min", "local"]})
     assert facts["node-03"]["ansible_facts"]["ansible_local"][f"gpusim-{marker}"] == {"marker": marker}
