@@ -205,6 +205,16 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
     # Who decided it: the driver role saw the lost GPU right after the install (nvidia-smi: gpu_lost), or validation the Xid.
     assert record["rollback"]["result"] == "validated", record
     assert any(word in record["rollback"]["reason"].lower() for word in ("gpu_lost", "xid")), record["rollback"]
+    # The same command again: the canary is finished (rolled back) for this rollout and is not tried again, but its
+    # failure still stops the rollout before any other node (a finished wave is left, a failed canary is not).
+    again = fleet.upgrade(tmp_path / "again", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_bom=bom, **SPREAD)
+    assert again.returncode != 0
+    assert "the canary failed: " + canary + " rolled_back in an earlier run of this rollout" in " ".join(again.stdout.split()), \
+        again.stdout[-5000:]
+    assert "was finished by an earlier run" not in again.stdout, again.stdout[-5000:]
+    for n in others:
+        assert fleet.node(n)["state"] == before[n][1]["state"] and fleet.driver(n) == NEW, n
+        assert {p["name"] for p in (fleet.rollout_section(n) or {}).get("phases", [])} <= {"preflight"}, n
 
 
 def test_rollback_playbook_restores_the_named_nodes_and_keeps_someone_elses_drain(fleet, happy, tmp_path):
