@@ -108,6 +108,19 @@ def task_hosts(proc: subprocess.CompletedProcess) -> dict[str, dict]:
     return hosts
 
 
+def scontrol_node(line: str) -> tuple[str, str | None]:
+    """(State=..., reason without the [user@time] suffix) from one `scontrol show node -o` line.
+
+    NOT_RESPONDING is left out of the state: slurmctld sets it by itself when one of its pings to slurmd goes
+    unanswered within MessageTimeout (on a loaded 2-core CI machine a simulated node's slurmd can be that slow), and
+    clears it at the next answer. No module sets or clears it, so no test of what a module did may depend on it.
+    """
+    state = next(w.split("=", 1)[1] for w in line.split() if w.startswith("State="))
+    state = "+".join(flag for flag in state.split("+") if flag != "NOT_RESPONDING")
+    reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
+    return state, reason
+
+
 class Fleet:
     """A fleet that gpusim brought up in workdir: its record (fleet.json), inventory, SSH and Ansible."""
 

@@ -15,7 +15,7 @@ import subprocess
 import time
 
 import pytest
-from fleet import TESTS, ansible_env, fleet_up, json_doc, needs_fleet
+from fleet import TESTS, ansible_env, fleet_up, json_doc, needs_fleet, scontrol_node
 from fleet import Fleet as BaseFleet
 
 SPEC = TESTS / "fixtures" / "maintenance" / "fleet-maint.yml"
@@ -73,11 +73,8 @@ class Fleet(BaseFleet):
         return done.stdout
 
     def node(self, name: str) -> tuple[str, str | None]:
-        """(State=..., reason without the [user@time] suffix) as the controller sees them."""
-        line = self.scontrol("show", "node", "-o", name)
-        state = next(w.split("=", 1)[1] for w in line.split() if w.startswith("State="))
-        reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
-        return state, reason
+        """(State= without NOT_RESPONDING, reason without the [user@time] suffix) as the controller sees them."""
+        return scontrol_node(self.scontrol("show", "node", "-o", name))
 
     def submit_job(self, name: str) -> str:
         done = subprocess.run(["sbatch", "--parsable", "-w", name, "-J", f"user-{name}", "-o", "/dev/null", "-D", "/tmp", "--wrap", "sleep 3600"],
