@@ -108,15 +108,20 @@ def task_hosts(proc: subprocess.CompletedProcess) -> dict[str, dict]:
     return hosts
 
 
-def scontrol_node(line: str) -> tuple[str, str | None]:
-    """(State=..., reason without the [user@time] suffix) from one `scontrol show node -o` line.
+def steady(state: str) -> str:
+    """A Slurm State= without NOT_RESPONDING, for tests that compare what a module or a rollout left.
 
-    NOT_RESPONDING is left out of the state: slurmctld sets it by itself when one of its pings to slurmd goes
-    unanswered within MessageTimeout (on a loaded 2-core CI machine a simulated node's slurmd can be that slow), and
-    clears it at the next answer. No module sets or clears it, so no test of what a module did may depend on it.
+    slurmctld sets NOT_RESPONDING by itself when one of its pings to slurmd goes unanswered within MessageTimeout (on a
+    loaded 2-core CI machine a simulated node's slurmd can be that slow), and clears it at the next answer. Nothing of
+    the collection sets or clears it, so no comparison of before and after may depend on it. (Budget checks keep it:
+    the rollout counts a node that does not respond as unavailable.)
     """
-    state = next(w.split("=", 1)[1] for w in line.split() if w.startswith("State="))
-    state = "+".join(flag for flag in state.split("+") if flag != "NOT_RESPONDING")
+    return "+".join(flag for flag in state.split("+") if flag != "NOT_RESPONDING")
+
+
+def scontrol_node(line: str) -> tuple[str, str | None]:
+    """(steady State=, reason without the [user@time] suffix) from one `scontrol show node -o` line."""
+    state = steady(next(w.split("=", 1)[1] for w in line.split() if w.startswith("State=")))
     reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else None
     return state, reason
 

@@ -17,7 +17,7 @@ import json
 import time
 
 import pytest
-from fleet import REPO, TESTS, fleet_up, needs_fleet
+from fleet import REPO, TESTS, fleet_up, needs_fleet, steady
 from rollout_helpers import NEW, OLD, RolloutFleet, by_time, failures, max_unavailable, recap, report_json, unavailable, waves_of, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
@@ -195,7 +195,7 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
     # No other node touched: Slurm state the same, state file without a phase past preflight.
     for n in others:
         after_file, after_node = fleet.state_file(n), fleet.node(n)
-        assert after_node["state"] == before[n][1]["state"], n
+        assert steady(after_node["state"]) == steady(before[n][1]["state"]), n
         assert fleet.driver(n) == NEW, n
         section = after_file.get("rollout") or {}
         assert section.get("id") != (before[n][0].get("rollout") or {}).get("id"), (n, section)
@@ -213,7 +213,7 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
         again.stdout[-5000:]
     assert "was finished by an earlier run" not in again.stdout, again.stdout[-5000:]
     for n in others:
-        assert fleet.node(n)["state"] == before[n][1]["state"] and fleet.driver(n) == NEW, n
+        assert steady(fleet.node(n)["state"]) == steady(before[n][1]["state"]) and fleet.driver(n) == NEW, n
         assert {p["name"] for p in (fleet.rollout_section(n) or {}).get("phases", [])} <= {"preflight"}, n
 
 

@@ -12,7 +12,7 @@ Run:
 from __future__ import annotations
 
 import pytest
-from fleet import TESTS, fleet_up, needs_fleet
+from fleet import TESTS, fleet_up, needs_fleet, steady
 from rollout_helpers import NEW, OLD, RolloutFleet, failures, recap, report_json, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-waves.yml"
@@ -77,7 +77,7 @@ def test_the_same_rollout_again_leaves_the_finished_waves_and_does_not_judge_the
     but the first run judged it. Every batch was finished by that run and ends at once ("run the same command again to
     resume" after a wave stopped the rollout goes on with the next wave, not the stopped one); nothing is written."""
     names = [n for n in fleet.names if n != "gpu-06"]  # gpu-06 never came back from the first rollout's reboot
-    before = {n: (fleet.state_file(n), fleet.node(n)["state"]) for n in names}
+    before = {n: (fleet.state_file(n), steady(fleet.node(n)["state"])) for n in names}
     done = fleet.upgrade(tmp_path / "report", gpufleet_max_unavailable=3, gpufleet_waves=[3], gpufleet_failure_budget=2,
                          gpufleet_wave_max_fail_percentage=0)
     assert "STOPS" not in done.stdout, failures(done.stdout) + done.stdout[-4000:]
@@ -86,7 +86,7 @@ def test_the_same_rollout_again_leaves_the_finished_waves_and_does_not_judge_the
     changed = {host: counts["changed"] for host, counts in recap(done.stdout).items() if host in names}
     assert set(changed) == set(names) and set(changed.values()) == {0}, changed
     for name in names:
-        assert (fleet.state_file(name), fleet.node(name)["state"]) == before[name], name
+        assert (fleet.state_file(name), steady(fleet.node(name)["state"])) == before[name], name
 
 
 def test_a_spent_failure_budget_stops_the_rollout_with_the_rest_untouched(fleet, first, tmp_path):
