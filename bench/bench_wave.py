@@ -13,6 +13,9 @@ preflight left out, it runs for every target before the canary): a node's own ti
 durations; the ideal wave is the slowest node's own time; the measured wave runs from the first phase's start to the
 last phase's end over the wave's nodes. The time between a node's phases is the controller's: its tasks between them.
 Prints both, their ratio (the efficiency: 1.0 means no node waited for the controller), and the playbook's wall time.
+Also the canary's own time (the same work on one node alone, in the same run) and the wave's time over it: how much
+longer a wave of NODES-1 takes than one node, which includes the waits for forks inside the phases that the efficiency
+counts as the nodes' own time (and, on this simulator, the nodes' own work on the controller's cores).
 """
 
 from __future__ import annotations
@@ -56,10 +59,11 @@ def spec(nodes: int) -> dict:
 BEFORE_THE_WAVE = ("preflight",)
 
 
-def efficiency(fleet: RolloutFleet, names: list[str]) -> dict:
+def efficiency(fleet: RolloutFleet, names: list[str], only: set[str] | None = None) -> dict:
+    """The wave's figures over names; with only, just the phases of those names (the canary's, without its soak)."""
     own, starts, ends, unfinished, phases_of = {}, [], [], [], {}
     for name in names:
-        phases = [p for p in fleet.phases(name) if p.get("name") not in BEFORE_THE_WAVE
+        phases = [p for p in fleet.phases(name) if p.get("name") not in BEFORE_THE_WAVE and (only is None or p.get("name") in only)
                   and isinstance(p.get("start"), (int, float)) and isinstance(p.get("end"), (int, float))]
         if not phases:
             unfinished.append(name)
@@ -96,6 +100,15 @@ def bench(nodes: int, forks: int, use_async: bool) -> dict:
             result = {"nodes": nodes, "forks": forks, "async": use_async, "upgraded": upgraded, "playbook_s": wall,
                       "waves": {str(k): len(v) for k, v in sorted(waves.items())}, "measured_wave": last, "wave_nodes": len(waves[last]),
                       **efficiency(fleet, waves[last])}
+            # The canary is the same SKU doing the same work alone (a batch of one, nothing else running): its own time
+            # is what one node costs without waiting for a fork or a core. The wave's time over it says what the
+            # wave's size costs (forks and, here, the nodes' own work on the controller's cores); the efficiency above
+            # counts a wait for a fork inside a phase as the node's own time, so it sees only the gaps between phases.
+            # The canary's soak is left out: a wait only canaries do, not work a wave node does.
+            canary = efficiency(fleet, waves[0], only=set(result["slowest_node_phases_s"])) if last != 0 and waves.get(0) else None
+            if canary:
+                result.update(canary_s=canary["ideal_s"], canary_phases_s=canary["slowest_node_phases_s"],
+                              wave_over_canary=result["wave_s"] / canary["ideal_s"])
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
 
 
