@@ -95,6 +95,9 @@ def bench(nodes: int, forks: int, use_async: bool) -> dict:
             if done.returncode != 0:
                 raise SystemExit(f"upgrade.yml failed ({done.returncode}):\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}")
             upgraded = sum(1 for name in fleet.names if fleet.driver(name) == NEW)
+            if upgraded != nodes:
+                # A run that upgraded fewer nodes (every drain timed out, say) is no figure of a wave's efficiency.
+                raise SystemExit(f"upgrade.yml upgraded {upgraded} of {nodes} nodes:\n{done.stdout[-6000:]}")
             waves = waves_of(report_json(tmp_path / "report"))
             last = max(waves)
             result = {"nodes": nodes, "forks": forks, "async": use_async, "upgraded": upgraded, "playbook_s": wall,

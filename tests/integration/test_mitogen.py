@@ -23,7 +23,7 @@ import yaml
 from fleet import ANSIBLE_PLAYBOOK, TESTS, ansible_env, fleet_up, json_doc, needs_fleet, run
 from fleet import Fleet as BaseFleet
 from gpusim import artifacts, opennvfwupd
-from rollout_helpers import OLD, write_runfiles
+from rollout_helpers import NEW, OLD, RolloutFleet, write_runfiles
 
 pytestmark = needs_fleet()
 
@@ -178,7 +178,7 @@ def fleet(tmp_path_factory):
     extra = {"old": OLD, "runfile": runfiles[OLD], "nic_image": {"image": str(image), "checksum": "sha256:" + artifacts.sha256_file(image)},
              "nvfwupd_path": str(opennvfwupd.SOURCE / "nvfwupd.py"), "nvfwupd_interpreter": str(opennvfwupd.python())}
     with fleet_up(base / "spec.yml", base / "fleet", timeout=300) as workdir:
-        yield {"fleet": BaseFleet(workdir), "base": base, "extra": extra, "strategy_dir": strategy_dir}
+        yield {"fleet": BaseFleet(workdir), "base": base, "extra": extra, "strategy_dir": strategy_dir, "runfiles": runfiles}
 
 
 def play(fleet, strategy: str) -> dict:
@@ -239,3 +239,24 @@ def test_mitogen_really_ran_the_modules(runs):
     runner = "The process that runs the modules"
     under = {strategy: {h: b"(mitogen:" in base64.b64decode(r["content"]) for h, r in runs[strategy][runner].items()} for strategy in runs}
     assert under == {"linear": {"mito-01": False, "mito-02": False}, "mitogen_linear": {"mito-01": True, "mito-02": True}}
+
+
+def test_the_rollout_stops_under_mitogen_before_touching_a_node(fleet, tmp_path):
+    """Under mitogen_linear an async job of a collection module never finishes (Mitogen 0.3.54: the forked job hangs
+    importing the collection's module_utils; docs/performance.md). The rollout's drains and installs are async jobs:
+    upgrade.yml checks async once in its preflight and stops there, naming the strategy, with no node drained or
+    locked, instead of waiting out every drain's async limit (420 s a batch, measured) and skipping every node."""
+    rollout = RolloutFleet(fleet["fleet"].workdir, write_runfiles(tmp_path / "runfiles"))
+    before = {name: rollout.state_file(name) for name in ("mito-01", "mito-02")}
+    # A BOM the preflight accepts (the spec's own, OLD, is a branch past its end of life): without the check the
+    # rollout would go on to drain the nodes.
+    bom = {**SPEC["skus"]["hgx_h100"]["bom"], "driver": {"version": NEW, "install": "runfile", "kernel_module": "open"}, "fabricmanager": NEW}
+    env = ansible_env(ANSIBLE_STRATEGY="mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=str(fleet["strategy_dir"]), ANSIBLE_TIMEOUT="60")
+    done = run(rollout.upgrade_cmd(tmp_path / "report", forks=4, gpufleet_bom=bom), env=env, timeout=600)
+    assert done.returncode != 0, done.stdout[-4000:]
+    text = " ".join(done.stdout.split())
+    assert "did not finish in 20 s" in text and "run the rollout with strategy linear" in text, done.stdout[-4000:]
+    assert "Drain the node" not in done.stdout, done.stdout[-4000:]
+    for name in ("mito-01", "mito-02"):
+        assert "DRAIN" not in rollout.node(name)["state"], name
+        assert rollout.state_file(name) == before[name], name  # no lock, no phase, no history entry
