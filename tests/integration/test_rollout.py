@@ -61,7 +61,7 @@ def happy(fleet, tmp_path_factory):
     """The first rollout: gpu-13 drained by a person beforehand, a job of a few seconds on every other node."""
     out = tmp_path_factory.mktemp("happy")
     fleet.drain_as_admin("gpu-13", ADMIN_REASON)
-    jobs = {name: fleet.submit(name, 6) for name in fleet.names if name != "gpu-13"}
+    jobs = {name: fleet.submit(name, 12) for name in fleet.names if name != "gpu-13"}
     fleet.wait_jobs_running(list(jobs.values()))
     before = {name: fleet.state_file(name) for name in fleet.names}
     sampler = fleet.sampler(out / "slurm-states.jsonl")
@@ -95,7 +95,8 @@ def test_no_job_was_killed_and_drains_waited_for_them(fleet, happy):
         # Nothing was changed on a node while its job ran: the driver phase starts after the job ended.
         driver = fleet.phase(name, "driver")
         assert driver is not None and driver["start"] >= slurm_epoch(job["end"]) - 1, (name, job, driver)
-    # The canary's drain had to wait for its job (the job ran 6 s; the rollout started right away).
+    # The canary's drain had to wait for its job (12 s from before the rollout started; a 6 s job once left the
+    # drain only 1.4 s of wait, once the preflight had its async check).
     canary = waves_of(report_json(happy["report"]))[0][0]
     drain = fleet.phase(canary, "drain")
     assert drain["end"] - drain["start"] >= 2, drain
