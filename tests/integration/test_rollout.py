@@ -61,7 +61,7 @@ def happy(fleet, tmp_path_factory):
     """The first rollout: gpu-13 drained by a person beforehand, a job of a few seconds on every other node."""
     out = tmp_path_factory.mktemp("happy")
     fleet.drain_as_admin("gpu-13", ADMIN_REASON)
-    jobs = {name: fleet.submit(name, 12) for name in fleet.names if name != "gpu-13"}
+    jobs = {name: fleet.submit(name, 30) for name in fleet.names if name != "gpu-13"}
     fleet.wait_jobs_running(list(jobs.values()))
     before = {name: fleet.state_file(name) for name in fleet.names}
     sampler = fleet.sampler(out / "slurm-states.jsonl")
@@ -95,11 +95,12 @@ def test_no_job_was_killed_and_drains_waited_for_them(fleet, happy):
         # Nothing was changed on a node while its job ran: the driver phase starts after the job ended.
         driver = fleet.phase(name, "driver")
         assert driver is not None and driver["start"] >= slurm_epoch(job["end"]) - 1, (name, job, driver)
-    # The canary's drain had to wait for its job (12 s from before the rollout started; a 6 s job once left the
-    # drain only 1.4 s of wait, once the preflight had its async check).
+    # The canary's drain had to wait for its job: the job (30 s from before the rollout started: the preflight of 13
+    # nodes takes 10-20 s on a loaded machine, where 6 and 12 s jobs had ended by then) still ran when the drain
+    # started, and the drain ended once it had.
     canary = waves_of(report_json(happy["report"]))[0][0]
-    drain = fleet.phase(canary, "drain")
-    assert drain["end"] - drain["start"] >= 2, drain
+    drain, job_end = fleet.phase(canary, "drain"), slurm_epoch(happy["job_states"][happy["jobs"][canary]]["end"])
+    assert drain["start"] < job_end - 2 and drain["end"] >= job_end - 1, (drain, job_end)
 
 
 def test_a_node_drained_by_someone_else_keeps_its_drain_and_reason(fleet, happy):
