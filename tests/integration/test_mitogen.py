@@ -178,7 +178,7 @@ def fleet(tmp_path_factory):
     extra = {"old": OLD, "runfile": runfiles[OLD], "nic_image": {"image": str(image), "checksum": "sha256:" + artifacts.sha256_file(image)},
              "nvfwupd_path": str(opennvfwupd.SOURCE / "nvfwupd.py"), "nvfwupd_interpreter": str(opennvfwupd.python())}
     with fleet_up(base / "spec.yml", base / "fleet", timeout=300) as workdir:
-        yield {"fleet": BaseFleet(workdir), "base": base, "extra": extra, "strategy_dir": strategy_dir, "runfiles": runfiles}
+        yield {"fleet": BaseFleet(workdir), "base": base, "extra": extra, "strategy_dir": strategy_dir}
 
 
 def play(fleet, strategy: str) -> dict:
