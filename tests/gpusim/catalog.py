@@ -8,33 +8,22 @@ spec always gives the same identities.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
+# Immutable records are namedtuples, not dataclasses: every simulated tool imports this module, and dataclasses cost
+# each tool's start-up 11 ms (they import inspect, ast, dis and tokenize); tools/_xml.py is there for the same reason.
 
-@dataclass(frozen=True)
-class GpuModel:
-    name: str  # exact nvidia-smi product name
-    arch: str  # product_architecture as nvidia-smi prints it
-    memory_mib: int  # FB total as nvidia-smi prints it
-    reserved_mib: int
-    vbios: str
-    device_id: int  # PCI device id (vendor 10DE appended by nvidia-smi)
-    subsys_id: int
-    power_limit_w: int
-    min_power_w: int
-    pcie_gen: int
-    pcie_width: int
-    nvlinks: int
-    nvlink_gbps: float  # per-link speed printed by `nvidia-smi nvlink -s`
-    compute_cap: str
-    board_part: str
-    gpu_part: str
-    inforom_img: str
-    max_graphics_mhz: int
-    max_mem_mhz: int
-    idle_power_w: int
-    tflops_fp32: float  # gpu_burn float/tensor throughput basis (Gflop/s / 1000)
-    brand: str = "NVIDIA"
+# One GPU model. name: the exact nvidia-smi product name; arch: product_architecture as nvidia-smi prints it;
+# memory_mib: FB total as nvidia-smi prints it; device_id: the PCI device id (vendor 10DE appended by nvidia-smi);
+# nvlink_gbps: the per-link speed printed by `nvidia-smi nvlink -s`; tflops_fp32: gpu_burn's float/tensor throughput
+# basis (Gflop/s / 1000).
+GpuModel = namedtuple(
+    "GpuModel",
+    ("name", "arch", "memory_mib", "reserved_mib", "vbios", "device_id", "subsys_id", "power_limit_w", "min_power_w",
+     "pcie_gen", "pcie_width", "nvlinks", "nvlink_gbps", "compute_cap", "board_part", "gpu_part", "inforom_img",
+     "max_graphics_mhz", "max_mem_mhz", "idle_power_w", "tflops_fp32", "brand"),
+    defaults=("NVIDIA",),
+)
 
 
 GPU_MODELS: dict[str, GpuModel] = {
@@ -129,19 +118,10 @@ def cuda_version(driver: str) -> str:
     return "10.2"
 
 
-@dataclass(frozen=True)
-class OutputVariant:
-    """How one driver branch shapes nvidia-smi output.
-
-    `sample` names the real nvsmi_qx_*.xml whose element structure this variant follows (the
-    conformance test compares against it).
-    """
-
-    key: str
-    dtd: str
-    events: bool  # clocks_event_reasons (True) vs clocks_throttle_reasons (False)
-    sample: str
-    table_sep_plus: bool  # default table: '+---' (590+) or '|---' under the header
+# How one driver branch shapes nvidia-smi output. sample: the real nvsmi_qx_*.xml whose element structure this variant
+# follows (the conformance test compares against it); events: clocks_event_reasons (True) or clocks_throttle_reasons
+# (False); table_sep_plus: the default table's rule under the header is '+---' (590+) or '|---'.
+OutputVariant = namedtuple("OutputVariant", ("key", "dtd", "events", "sample", "table_sep_plus"))
 
 
 VARIANTS = {

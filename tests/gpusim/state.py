@@ -16,9 +16,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 from . import catalog, firmware
+
+TYPE_CHECKING = False  # typing is not imported at run time: 4 ms of every simulated tool's start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"

@@ -6,9 +6,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 from .. import state as st
+
+TYPE_CHECKING = False  # typing is not imported at run time: 4 ms of every simulated tool's start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 class ToolExit(Exception):
