@@ -9,9 +9,21 @@ argument list (never a shell string), ``LC_ALL=C`` so output is not localised,
 and an optional time limit (through coreutils ``timeout``) for long calls.
 A failing command raises :class:`ToolError`; only modules turn that into
 ``fail_json``.
+
+Processes are started by :func:`run_process`, not ``AnsibleModule.run_command``: the latter (ansible-core 2.19
+included) stops reading a command's output when one of its one-second waits ends with nothing to read and the
+command has exited by the time it looks; what the command wrote in between is lost, and the call returns exit
+status 0 with empty or cut output (ansible/ansible#51393, closed unfixed; reproduced in
+tests/unit/plugins/module_utils/test_tools_process.py). A node under load, or gpu_facts' reads in threads, widens
+that window: an audit of 64 simulated nodes saw it on two of them (systemctl and nv-fabricmanager "printed
+nothing", exit status 0). run_process reads the pipes to their end once the command has exited.
 """
 
 from __future__ import annotations
+
+import os
+import selectors
+import subprocess
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
@@ -44,6 +56,75 @@ class ToolError(GpufleetError):
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
+
+
+def _child_env(environ_update):
+    """The environment of a command: this process's, updated, without the module's own ansible paths in PYTHONPATH
+    (as run_command does: a Python tool such as nvfwupd.py must not import the module's payload)."""
+    env = dict(os.environ)
+    env.update(environ_update or {})
+    if "PYTHONPATH" in env:
+        kept = [p for p in env["PYTHONPATH"].split(":") if p and not p.endswith(("/ansible_modlib.zip", "/debug_dir"))]
+        if kept:
+            env["PYTHONPATH"] = ":".join(kept)
+        else:
+            del env["PYTHONPATH"]
+    return env
+
+
+def _drain(fd, chunks):
+    """Read what the non-blocking pipe ``fd`` holds now into ``chunks``; True at its end (EOF)."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            return True
+        chunks.append(chunk)
+
+
+def run_process(module, args, environ_update=None, data=None):
+    """Run the argument list ``args`` to its end: ``(rc, stdout, stderr)``, the output as text (UTF-8; undecodable
+    bytes kept as surrogates, as run_command does). ``data``, when given, is the command's standard input followed by
+    a newline (run_command's convention); otherwise its standard input is /dev/null.
+
+    The time limit is the caller's (every wrapper prefixes coreutils ``timeout``). Output a command wrote before it
+    exited is never lost: after its exit the pipes are read to what they hold, without waiting for an end that a
+    daemon it started and that kept them open would hold back. ``module`` is the calling module (tests replace this
+    function and see it)."""
+    del module  # the seam's signature: a test's fake sees which module ran the command
+    proc = subprocess.Popen(  # an argument list, never a shell
+        list(args), bufsize=0, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=_child_env(environ_update), close_fds=True)
+    out, err = [], []
+    chunks = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    with selectors.DefaultSelector() as selector:
+        for pipe in (proc.stdout, proc.stderr):
+            os.set_blocking(pipe.fileno(), False)
+            selector.register(pipe.fileno(), selectors.EVENT_READ)
+        if data is not None:
+            pending = memoryview((data + "\n").encode("utf-8", "surrogateescape"))
+            try:
+                while pending:
+                    pending = pending[proc.stdin.write(pending):]
+            except BrokenPipeError:
+                pass  # the command did not read all its input; its exit status says what it made of that
+            proc.stdin.close()
+        while selector.get_map():
+            events = selector.select(1)
+            for key, _mask in events:
+                if _drain(key.fd, chunks[key.fd]):
+                    selector.unregister(key.fd)
+            if not events and proc.poll() is not None:
+                # It exited while this waited: what it wrote before is in the pipes. Read that, and stop there.
+                for key in list(selector.get_map().values()):
+                    _drain(key.fd, chunks[key.fd])
+                break
+    rc = proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    return rc, b"".join(out).decode("utf-8", "surrogateescape"), b"".join(err).decode("utf-8", "surrogateescape")
 
 
 class CommandCounter:
@@ -110,8 +191,11 @@ class Tool:
         cmd = [*self._timeout_prefix(timeout), self.path, *list(args)]
         if self.counter is not None:
             self.counter.add(cmd)
-        # expand_user_and_vars=False: an argument such as a Slurm reason with "$HOME" or "~" is passed as written.
-        rc, out, err = self.module.run_command(cmd, check_rc=False, environ_update=dict(_ENV, **dict(self.env)), data=data, expand_user_and_vars=False)
+        # Arguments are passed as written: a Slurm reason with "$HOME" or "~" is not expanded (there is no shell).
+        try:
+            rc, out, err = run_process(self.module, cmd, environ_update=dict(_ENV, **dict(self.env)), data=data)
+        except OSError as exc:
+            raise ToolError(f"{self.name} could not be started ({self.path}): {exc}", cmd=cmd) from exc
         if rc in (124, 137):
             raise ToolError(f"{self.name} did not finish within {timeout} s (timed out and was stopped)", cmd=cmd, rc=rc, stdout=out, stderr=err)
         if ok_rcs is not None and rc not in ok_rcs:

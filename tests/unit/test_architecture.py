@@ -268,7 +268,7 @@ def test_the_tree_is_read():
     assert PLUGINS / "module_utils" / "_tools.py" in files
     assert any(kind(path) == "parser" for path in files) and any(kind(path) == "module" for path in files)
     assert any(kind(path) == "filter" for path in files)
-    # The one place that starts processes is seen doing so (the detector sees run_command).
+    # The one place that starts processes is seen doing so (the detector sees its subprocess).
     tools = PLUGINS / "module_utils" / "_tools.py"
     assert _process_starts(tools, ast.parse(tools.read_text())) != []
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from ansible.module_utils import basic
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _tools
 
 try:  # ansible-core >= 2.19
     from ansible.module_utils.testing import patch_module_args
@@ -80,20 +81,27 @@ class Commands:
 
 @pytest.fixture
 def commands(monkeypatch):
+    """The fake tools, in place of _tools.run_process (every process a module starts goes through it) and of
+    AnsibleModule.run_command (which the collection never calls: a call fails the test)."""
     fake = Commands()
 
-    def run_command(module, args, **kwargs):
+    def run_process(module, args, **kwargs):
+        assert isinstance(module, basic.AnsibleModule), module
+        assert isinstance(args, list) and all(isinstance(a, str) for a in args), f"not an argument list of strings: {args!r}"
         return fake.run_command(module, args, **kwargs)
+
+    def run_command(module, args, **kwargs):
+        raise AssertionError(f"AnsibleModule.run_command called with {args!r}: it can lose a command's last output; use _tools")
 
     def get_bin_path(module, arg, required=False, opt_dirs=None):
         return fake.get_bin_path(module, arg, required, opt_dirs)
 
+    monkeypatch.setattr(_tools, "run_process", run_process)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
     yield fake
     # Every command a module runs is bounded (a hung NVML must not hang the task for ever).
     assert fake.unbounded() == [], "commands ran without a time limit"
-    assert all(call["kwargs"].get("expand_user_and_vars") is False for call in fake.calls), "a command expanded $VARS or ~ in its arguments"
 
 
 class ModuleExit(Exception):

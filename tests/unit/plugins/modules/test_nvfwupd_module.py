@@ -9,7 +9,7 @@ import os
 import stat
 
 import pytest
-from ansible.module_utils import basic
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _tools
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd as manager
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import load
 from ansible_collections.gpufleet.lifecycle.plugins.modules import nvfwupd
@@ -75,14 +75,14 @@ def env(tmp_path, commands, monkeypatch):
     monkeypatch.setattr(manager.tempfile, "mkdtemp", lambda prefix: (folder.mkdir(mode=0o700), str(folder))[1])
     monkeypatch.setattr(manager.time, "sleep", lambda s: None)
     seen = []
-    inner = basic.AnsibleModule.run_command
+    inner = _tools.run_process
 
     def run_command(module, args, **kwargs):
         config = folder / "target.yaml"
         seen.append({"mode": stat.S_IMODE(config.stat().st_mode), "doc": json.loads(config.read_text()), "cwd": os.getcwd()})
         return inner(module, args, **kwargs)
 
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(_tools, "run_process", run_command)
     real_isfile, real_access = os.path.isfile, os.access
     monkeypatch.setattr(manager.os.path, "isfile", lambda p: p == SCRIPT or real_isfile(p))
     monkeypatch.setattr(manager.os, "access", lambda p, m: p == PYTHON or real_access(p, m))

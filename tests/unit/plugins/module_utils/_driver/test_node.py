@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _tools
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError, Node
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host
 
@@ -27,6 +28,12 @@ class FakeModule:
         assert cmd[:2] == ["/usr/bin/timeout", "--kill-after=10"], cmd
         self.calls.append(cmd[3:])
         return self.answer
+
+
+@pytest.fixture(autouse=True)
+def fake_processes(monkeypatch):
+    """The wrappers start every process through _tools.run_process: here the FakeModule answers instead."""
+    monkeypatch.setattr(_tools, "run_process", lambda module, cmd, **kwargs: module.run_command(cmd, **kwargs))
 
 
 def make_node(tmp_path, loaded, **module):
