@@ -601,8 +601,8 @@ esac
 
 
 def test_reason_with_dollar_and_tilde_reaches_scontrol_as_written(run_module, tmp_path, monkeypatch):
-    # Not the recording fake: AnsibleModule.run_command itself runs a script under coreutils timeout, so a
-    # "$HOME" or "~" that run_command expanded (expand_user_and_vars) would show in what scontrol received.
+    # Not the recording fake: _tools.run_process itself runs a script under coreutils timeout, so a "$HOME" or "~"
+    # that anything expanded (as run_command does unless told not to) would show in what scontrol received.
     monkeypatch.setenv("HOME", "/root-home-that-must-not-appear")
     monkeypatch.setattr(_slurm, "current_user", lambda: {"name": "root", "uid": "0"})
     reason = "keep $HOME and ~ and ${USER} as written"
