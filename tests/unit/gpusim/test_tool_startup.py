@@ -55,4 +55,3 @@ def test_the_wrapper_runs_python_without_site_and_isolated(tmp_path):
     exec_line = text.splitlines()[-1]
     assert exec_line.startswith("exec /usr/bin/python3 -I -S -c ")
     assert exec_line.endswith(' /srv/tests "$tool" "$@"')
-
