@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import report_facts
 
 
 def _text(value):
@@ -59,7 +60,8 @@ def audit_records(hosts, registered="gpufleet_audit_gathered"):
         if result.get("unreachable"):
             continue
         if isinstance(facts, Mapping) and not result.get("failed_when_result") and not result.get("failed"):
-            records.append({"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": facts})
+            # The facts the report reads: the task that writes it carries every node's record (a tenth of its facts).
+            records.append({"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": report_facts(dict(facts))})
         else:
             records.append({"name": name, "sku": sku, "error": _text(result.get("msg")) or "gpu_facts failed"})
     return records

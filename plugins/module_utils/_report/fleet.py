@@ -9,9 +9,31 @@ from __future__ import annotations
 import html
 import json
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import drift_summary, node_drift, sku_mixed_versions
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import INBAND_GPU_FIRMWARE, drift_summary, node_drift, sku_mixed_versions
 
 REPORT_VERSION = 1
+
+# What the report reads of each GPU and NIC in a node's gpu_facts (node_drift, sku_mixed_versions, _hardware). The rest
+# of an H100 node's facts (ECC counters, remapped rows, clock event reasons, temperatures: 25 KB of its 27) is not
+# read: report_facts leaves it out, so that the records the fleet_report task carries are a tenth of the facts.
+REPORT_GPU_KEYS = ("index", "name", *(fact for _key, _component, fact, _what in INBAND_GPU_FIRMWARE))
+REPORT_NIC_KEYS = ("pci", "type", "psid", "part_number", "fw_current", "query_failed", "status")
+
+
+def report_facts(facts):
+    """``facts`` (a node's ansible_facts.gpufleet) with each GPU and NIC cut to what the report reads of it, and the
+    Xid section without its dmesg lines; every other fact is kept as it is. The report built from the result equals the one built from ``facts``
+    (tests/unit/plugins/module_utils/_report/test_report_facts.py)."""
+    if not isinstance(facts, dict):
+        return facts
+    cut = dict(facts)
+    if isinstance(facts.get("xid"), dict):  # the critical Xids are read, not each dmesg line of them
+        cut["xid"] = {key: value for key, value in facts["xid"].items() if key != "events"}
+    for section, keys in (("gpus", REPORT_GPU_KEYS), ("nics", REPORT_NIC_KEYS)):
+        items = facts.get(section)
+        if isinstance(items, list):
+            cut[section] = [{key: item[key] for key in keys if key in item} if isinstance(item, dict) else item for item in items]
+    return cut
 
 
 REDACTED = "********"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import threading
 
 import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.filter.audit import audit_records
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import gather as _gpu_facts
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import REPORT_GPU_KEYS, REPORT_NIC_KEYS, build_report
 from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_facts
 
 from tests.conftest import real_params
@@ -514,3 +517,26 @@ def test_run_reads_raises_the_first_error_in_order_with_its_traceback():
 
 def test_run_reads_runs_a_single_read_in_the_callers_thread():
     assert _gpu_facts.run_reads({"only": threading.current_thread}) == {"only": threading.current_thread()}
+
+
+@pytest.mark.parametrize("path", [p for p in real_params("nvsmi_qx_*.xml") if "<driver_version>" in p.values[0].read_text()])
+def test_the_audit_record_keeps_every_fact_the_report_reads(commands, node, run_module, path):
+    """audit_records carries each node's facts cut to what the fleet report reads (a tenth of them for an H100 node):
+    over every real nvidia-smi capture, the report built from the cut facts equals the one built from the whole."""
+    full_node(commands, node, smi_xml=path.read_text())
+    facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
+    gpu = facts["gpus"][0]
+    # A BOM that asks for every component the report compares, so each comparison reads its facts (some drift).
+    bom = {"driver": {"version": "570.124.06", "kernel_module": "open"}, "fabricmanager": {"version": "570.124.06"},
+           "gpu": {"model": gpu["name"], "count": 8, "vbios": gpu.get("vbios_version"), "gsp_firmware": "570.124.06",
+                   "inforom": gpu.get("inforom_version")},
+           "nic_firmware": {"MT_0000000838": "28.43.1014"}}
+    hostvars = {"inventory_hostname": "gpu-01", "gpufleet_sku": "hgx", "gpufleet_bom": bom,
+                "gpufleet_audit_gathered": {"changed": False, "ansible_facts": {"gpufleet": facts}, "failed_when_result": False}}
+    (record,) = audit_records([hostvars])
+    whole = build_report([{"name": "gpu-01", "sku": "hgx", "bom": bom, "facts": facts}], generated_at="t")
+    assert build_report([record], generated_at="t") == whole
+    assert {item["component"] for item in whole["nodes"][0]["items"]} >= {"driver", "fabricmanager", "gpu_count", "gpu_model", "gpu_vbios"}
+    assert all(set(g) <= set(REPORT_GPU_KEYS) for g in record["facts"]["gpus"])
+    assert all(set(n) <= set(REPORT_NIC_KEYS) for n in record["facts"]["nics"])
+    assert len(json.dumps(record["facts"])) < len(json.dumps(facts)) * 0.7
