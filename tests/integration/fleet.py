@@ -45,8 +45,13 @@ def needs_fleet(slurm: bool = True) -> list:
 
 
 def run(cmd: list[str], *, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers) and fail the test."""
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+    """Run cmd in its own session; on timeout kill the whole session (Ansible forks workers) and fail the test.
+
+    Standard input is /dev/null, not the pytest worker's: a test that left it non-blocking (Mitogen does so to the
+    descriptors it shares) made every later ansible of the same worker refuse to start ("Ansible requires blocking
+    IO on stdin"), seen in a clean-clone run of 2026-12-03."""
+    with subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -167,7 +167,7 @@ class RolloutFleet(BaseFleet):
     def start_upgrade(self, report_dir: pathlib.Path, log: pathlib.Path, *, forks: int = 16, **extra) -> subprocess.Popen:
         """Start playbooks/upgrade.yml in its own session, output to log (for the kill and second-rollout tests)."""
         out = log.open("w")
-        return subprocess.Popen(self.upgrade_cmd(report_dir, forks=forks, **extra), env=ansible_env(), stdout=out,
+        return subprocess.Popen(self.upgrade_cmd(report_dir, forks=forks, **extra), env=ansible_env(), stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     @staticmethod
