@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import INBAND_GPU_FIRMWARE, drift_summary, node_drift, sku_mixed_versions
 
@@ -21,18 +22,18 @@ REPORT_NIC_KEYS = ("pci", "type", "psid", "part_number", "fw_current", "query_fa
 
 
 def report_facts(facts):
-    """``facts`` (a node's ansible_facts.gpufleet) with each GPU and NIC cut to what the report reads of it, and the
-    Xid section without its dmesg lines; every other fact is kept as it is. The report built from the result equals the one built from ``facts``
-    (tests/unit/plugins/module_utils/_report/test_report_facts.py)."""
-    if not isinstance(facts, dict):
+    """``facts`` (a node's ansible_facts.gpufleet, any mapping) as a new dict, with each GPU and NIC cut to what the
+    report reads of it and the Xid section without its dmesg lines; every other fact is kept as it is. The report
+    built from the result equals the one built from ``facts`` (test_gpu_facts.py, over every real capture)."""
+    if not isinstance(facts, Mapping):
         return facts
     cut = dict(facts)
-    if isinstance(facts.get("xid"), dict):  # the critical Xids are read, not each dmesg line of them
+    if isinstance(facts.get("xid"), Mapping):  # the critical Xids are read, not each dmesg line of them
         cut["xid"] = {key: value for key, value in facts["xid"].items() if key != "events"}
     for section, keys in (("gpus", REPORT_GPU_KEYS), ("nics", REPORT_NIC_KEYS)):
         items = facts.get(section)
         if isinstance(items, list):
-            cut[section] = [{key: item[key] for key in keys if key in item} if isinstance(item, dict) else item for item in items]
+            cut[section] = [{key: item[key] for key in keys if key in item} if isinstance(item, Mapping) else item for item in items]
     return cut
 
 
