@@ -175,6 +175,30 @@ def test_a_second_run_changes_nothing(fleet, happy):
     assert "DRAIN" in fleet.node("gpu-13")["state"]
 
 
+def test_a_run_that_rolls_out_nothing_fails_and_says_why(fleet, happy, tmp_path):
+    """Targets that are all skipped (gpu-13, a person's drain) roll nothing out: the run fails, naming the node and its
+    reason, and touches nothing. With an upgraded node among the targets it passes, unless gpufleet_fail_on_skipped."""
+    before13 = fleet.state_file("gpu-13")
+    common = {"gpufleet_max_unavailable": MAX_UNAVAILABLE, "gpufleet_waves": [3], "gpufleet_failure_budget": 0}
+    alone = fleet.upgrade(tmp_path / "alone", gpufleet_targets="gpu-13", **common)
+    said = " ".join(alone.stdout.split())
+    assert alone.returncode != 0, alone.stdout[-4000:]
+    assert "rolled out no node: every target it reached was skipped (gpu-13: out of service for someone else" in said, said[-3000:]
+    assert ADMIN_REASON.split(",", maxsplit=1)[0] in said
+    assert fleet.state_file("gpu-13") == before13 and fleet.driver("gpu-13") == OLD
+    assert report_json(tmp_path / "alone")["summary"]["skipped"] == 1
+    # gpu-12 finished (upgraded) by this rollout, gpu-13 skipped: a rollout that did its work passes...
+    pair = fleet.upgrade(tmp_path / "pair", gpufleet_targets="gpu-12:gpu-13", **common)
+    assert pair.returncode == 0, pair.stdout[-4000:]
+    # ...unless the operator asked for every node.
+    strict = fleet.upgrade(tmp_path / "strict", gpufleet_targets="gpu-12:gpu-13", gpufleet_fail_on_skipped=True, **common)
+    said = " ".join(strict.stdout.split())
+    assert strict.returncode != 0, strict.stdout[-4000:]
+    assert "skipped (gpufleet_fail_on_skipped): gpu-13: out of service for someone else" in said, said[-3000:]
+    assert "rolled out no node" not in said
+    assert "DRAIN" in fleet.node("gpu-13")["state"] and fleet.state_file("gpu-13") == before13
+
+
 def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp_path):
     """A new BOM (595.45.04): a GPU of the canary falls off the bus (Xid 79) once the new driver loads; it is rolled
     back (the rollback reboots first), validated, and no other node is touched. (A double-bit ECC error instead leaves
