@@ -6,6 +6,8 @@ For each size: brings up a simulated fleet (one HGX H100 SKU with 8 ConnectX-7, 
 bench_gpusim_up.py) on 127.0.120.x (BMCs on 127.0.220.x), slurmctld on 16300 and slurmd on 16301.., then times with
 the same forks and the fleet's ansible.cfg (pipelining on):
   ping    `ansible gpu_nodes -m ping`: one module per host, the floor of any audit;
+  ping_play  the same ping as one registered task of a playbook (the play shape of the audit's gather);
+  gather  the audit's first play alone (gpu_facts, registered): what the gather costs against ping_play;
   naive   a playbook of the five `command` tasks a hand-written audit runs (nvidia-smi -q -x, nvidia-smi --query-gpu,
           cat /proc/driver/nvidia/version, mlxfwmanager --query, dmesg), reading no BMC;
   audit   playbooks/audit.yml (gpu_facts, each BMC's firmware inventory over Redfish, the fleet report);
@@ -58,6 +60,17 @@ NAIVE_AUDIT = [
     }
 ]
 
+# The audit's first play alone (gpu_facts, registered, one task per host), and the same play shape around a ping: the
+# gather against its floor, apart from the audit's second play (the BMC reads and the report, on the controller).
+GATHER_PLAY = [
+    {"name": "The audit's gather play alone", "hosts": "gpu_nodes", "gather_facts": False,
+     "tasks": [{"name": "Gather GPU facts", "gpufleet.lifecycle.gpu_facts": {}, "register": "gpufleet_audit_gathered", "failed_when": False}]}
+]
+PING_PLAY = [
+    {"name": "A ping in the same play shape", "hosts": "gpu_nodes", "gather_facts": False,
+     "tasks": [{"name": "Ping", "ansible.builtin.ping": {}, "register": "pinged"}]}
+]
+
 
 def spec(size: int) -> dict:
     return {
@@ -102,6 +115,8 @@ def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int
             pipelining: bool = True) -> dict:
     """The timings of one fleet that is up in ``workdir``."""
     (tmp_path / "naive.yml").write_text(yaml.safe_dump(NAIVE_AUDIT, sort_keys=False))
+    (tmp_path / "gather.yml").write_text(yaml.safe_dump(GATHER_PLAY, sort_keys=False))
+    (tmp_path / "ping_play.yml").write_text(yaml.safe_dump(PING_PLAY, sort_keys=False))
     ansible_env = dict(os.environ, ANSIBLE_CONFIG=str(workdir / "ansible.cfg"), ANSIBLE_HOST_KEY_CHECKING="False",
                        ANSIBLE_PIPELINING=str(pipelining),
                        ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}")
@@ -112,6 +127,8 @@ def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int
     timings["ping"] = best_of(repeat, [str(BIN / "ansible"), "gpu_nodes", "-i", inventory, "-m", "ansible.builtin.ping", "-f", str(forks)],
                               env=ansible_env)
     timings["naive"] = best_of(repeat, [*playbook_cmd, str(tmp_path / "naive.yml")], env=ansible_env)
+    timings["ping_play"] = best_of(repeat, [*playbook_cmd, str(tmp_path / "ping_play.yml")], env=ansible_env)
+    timings["gather"] = best_of(repeat, [*playbook_cmd, str(tmp_path / "gather.yml")], env=ansible_env)
     audit = REPO / "playbooks" / "audit.yml"
     # audit_no_bmc: the same playbook with no BMC password (every BMC read skipped), to show what the Redfish reads cost.
     variants = [("audit", audit, []), ("audit_no_bmc", audit, ["-e", "bmc_password="]), *((str(p), p, []) for p in playbooks)]
@@ -130,6 +147,8 @@ def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int
         result[f"{label}_over_ping"] = timings[label][0] / timings["ping"][0]
         result[f"{label}_cpu_over_ping_cpu"] = timings[label][1] / timings["ping"][1]
     result["naive_over_ping"] = timings["naive"][0] / timings["ping"][0]
+    result["gather_over_ping_play"] = timings["gather"][0] / timings["ping_play"][0]
+    result["gather_cpu_over_ping_play_cpu"] = timings["gather"][1] / timings["ping_play"][1]
     result["naive_over_audit"] = timings["naive"][0] / timings["audit"][0]
     return result
 
