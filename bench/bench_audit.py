@@ -15,7 +15,9 @@ the same forks and the fleet's ansible.cfg (pipelining on):
   and every --playbook given (an older audit.yml, say), run like audit.
 Prints, for each, seconds in all and per host, the controller's CPU seconds per host (ansible and the processes it waited
 for: workers, ssh clients, modules run on the controller; not the nodes' tools nor the BMCs, which share this machine's CPUs
-here but not in a real fleet), the ratios to ping, the machine's CPUs and load; checks that each report counts every node.
+here but not in a real fleet), the CPU seconds per host of everything else busy on this machine meanwhile (the simulated
+nodes' sshd, modules and tools, and the BMCs), the ratios to ping, the machine's CPUs and load; checks that each report
+counts every node.
 """
 
 from __future__ import annotations
@@ -90,24 +92,33 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds this machine's CPUs have spent busy since boot (/proc/stat: every state but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def run(cmd: list[str], **kw) -> float:
     return timed(cmd, **kw)[0]
 
 
-def timed(cmd: list[str], **kw) -> tuple[float, float]:
-    """(wall seconds, controller CPU seconds) of a command: the CPU of the process and of its children that it waited for
-    (ansible's workers, ssh clients, modules run on the controller); not the nodes' sshd and tools, nor the BMCs."""
-    cpu_before = children_cpu_s()
+def timed(cmd: list[str], **kw) -> tuple[float, float, float]:
+    """(wall seconds, controller CPU seconds, machine CPU seconds) of a command: the controller's is the CPU of the process
+    and of its children that it waited for (ansible's workers, ssh clients, modules run on the controller); the machine's
+    adds the simulated nodes' sshd, modules and tools, and the BMCs (everything busy on this machine meanwhile)."""
+    cpu_before, machine_before = children_cpu_s(), machine_cpu_s()
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
     elapsed = time.monotonic() - started
     if done.returncode != 0:
         fatal = "\n".join(line[:2000] for line in done.stdout.splitlines() if "fatal:" in line or "FAILED!" in line)
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{fatal}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    return elapsed, children_cpu_s() - cpu_before
+    return elapsed, children_cpu_s() - cpu_before, machine_cpu_s() - machine_before
 
 
-def best_of(repeat: int, cmd: list[str], **kw) -> tuple[float, float]:
+def best_of(repeat: int, cmd: list[str], **kw) -> tuple[float, float, float]:
     return min(timed(cmd, **kw) for _ in range(repeat))
 
 
@@ -139,10 +150,12 @@ def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int
         if totals["nodes"] != size or totals["error"] or totals["unreachable"]:
             raise SystemExit(f"{label}: the report does not hold every node read: {totals}")
         result[f"{label}_report_ok_nodes"] = totals["ok"]
-    for label, (wall, cpu) in timings.items():
+    for label, (wall, cpu, machine) in timings.items():
         result[f"{label}_s"] = wall
         result[f"{label}_s_per_host"] = wall / size
         result[f"{label}_controller_cpu_s_per_host"] = cpu / size
+        # What the simulated nodes (and BMCs) cost on this machine: on a real fleet it is spent on the nodes.
+        result[f"{label}_node_cpu_s_per_host"] = max(machine - cpu, 0.0) / size
     for label, _playbook, _extra in variants:
         result[f"{label}_over_ping"] = timings[label][0] / timings["ping"][0]
         result[f"{label}_cpu_over_ping_cpu"] = timings[label][1] / timings["ping"][1]
