@@ -106,8 +106,10 @@ def variables_read(playbook: pathlib.Path) -> dict[str, dict]:
     for text in texts:
         for name, default in _DEFAULTED.findall(text):
             out.setdefault(name, {"default": _literal(default), "choices": None})
-        # Choices the rollout checks in its options (options.yml: `__rollout_X in ['a', 'b']`).
-        for name, choices in re.findall(r"__rollout_([a-z_]+) in (\[[^\]]*\])", text):
+    for text in texts:  # once every variable is known: a check may come before the file that maps its variable
+        # Choices the rollout checks in its options (options.yml: `__rollout_X in ['a', 'b']`, or after filters:
+        # `__rollout_X | string | lower in ['true', 'false']`).
+        for name, choices in re.findall(r"__rollout_([a-z_]+)(?: \| [a-z]+)* in (\[[^\]]*\])", text):
             if f"gpufleet_{name}" in out:
                 out[f"gpufleet_{name}"]["choices"] = yaml.safe_load(choices)
     return out
@@ -323,6 +325,7 @@ def test_each_check_catches_a_broken_mapping(config, tmp_path):
     assert "default '10%' is str" in " ".join(broken(upgrade, "gpufleet_max_unavailable", type="integer", default=1))
     assert "is list" in " ".join(broken(upgrade, "gpufleet_waves", type="text"))
     assert "which the role refuses" in " ".join(broken(validate, "gpu_validate_level", choices=["quick", "thorough"]))
+    assert "which the role refuses" in " ".join(broken(upgrade, "gpufleet_fail_on_skipped", choices=["false", "always"]))
     assert "per-host BOM variable" in " ".join(broken(upgrade, "gpufleet_targets", variable="nvidia_driver_version"))
     missing = copy.deepcopy(upgrade)
     missing["playbook"] = "playbooks/upgrades.yml"
