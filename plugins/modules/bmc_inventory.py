@@ -152,33 +152,11 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.inventory import run
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.inventory import ARGUMENT_SPEC, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            bmcs=dict(
-                type="list",
-                elements="dict",
-                required=True,
-                options=dict(
-                    name=dict(type="str", required=True),
-                    address=dict(type="str", required=True),
-                    port=dict(type="int", default=443),
-                    user=dict(type="str", required=True),
-                    password=dict(type="str", required=True, no_log=True),
-                ),
-            ),
-            validate_certs=dict(type="bool", default=True),
-            ca_path=dict(type="path"),
-            timeout=dict(type="int", default=30),
-            total_timeout=dict(type="int", default=300),
-            workers=dict(type="int", default=32),
-            expand=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         result = run(module.params)
     except GpufleetError as exc:

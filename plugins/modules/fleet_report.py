@@ -173,58 +173,17 @@ files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import BomError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import ReportFileError, write_reports
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import RENDERERS, build_report
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet_task import ARGUMENT_SPEC, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            nodes=dict(
-                type="list",
-                elements="dict",
-                required=True,
-                options=dict(
-                    name=dict(type="str", required=True),
-                    sku=dict(type="str"),
-                    bom=dict(type="dict", default={}),
-                    facts=dict(type="dict", default={}),
-                    error=dict(type="str"),
-                    bmc=dict(type="dict"),
-                ),
-            ),
-            secrets=dict(type="list", elements="str", default=[], no_log=True),
-            bmc_inventories=dict(type="dict", default={}),
-            expected_hosts=dict(type="list", elements="str", default=[]),
-            dest=dict(type="path", required=True),
-            basename=dict(type="str", default="fleet-report"),
-            formats=dict(type="list", elements="str", choices=list(RENDERERS), default=list(RENDERERS)),
-            title=dict(type="str", default="GPU fleet audit"),
-            generated_at=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    inventories = params["bmc_inventories"]
-    for name, value in inventories.items():
-        if not isinstance(value, dict):
-            module.fail_json(msg=f"bmc_inventories[{name!r}] is a {type(value).__name__}: give bmc_inventory's inventories as registered (a dict per node)")
-    nodes = [node if node.get("bmc") is not None or node["name"] not in inventories else dict(node, bmc=inventories[node["name"]])
-             for node in params["nodes"]]
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        report = build_report(
-            nodes, params["expected_hosts"], title=params["title"], generated_at=params["generated_at"], secrets=params["secrets"]
-        )
-    except BomError as exc:
-        module.fail_json(msg=f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.")
-
-    outputs = {fmt: (fmt, RENDERERS[fmt](report)) for fmt in params["formats"]}
-    try:
-        changed, files = write_reports(module, params["dest"], params["basename"], outputs)
-    except ReportFileError as exc:
+        result = run(module.params, module)
+    except GpufleetError as exc:
         module.fail_json(**exc.fail_kwargs())
-    module.exit_json(changed=changed, report=report, files=files)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

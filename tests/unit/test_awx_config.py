@@ -196,11 +196,17 @@ _MODULE_KEYS = ("name", "when", "vars", "no_log", "register", "failed_when", "ch
 
 
 def _module_source(fqcn: str) -> str | None:
-    """The source of a collection module (this collection's, or an installed one's), None when it cannot be found."""
+    """The source of a collection module (this collection's, or an installed one's), None when it cannot be found. For this
+    collection's, with the source of the module utility it imports its ARGUMENT_SPEC from (shared with its action plugin)."""
     namespace, collection, module = fqcn.split(".")
     if (namespace, collection) == ("gpufleet", "lifecycle"):
         path = ROOT / "plugins" / "modules" / f"{module}.py"
-        return path.read_text() if path.exists() else None
+        if not path.exists():
+            return None
+        source = path.read_text()
+        for name in re.findall(r"^from ansible_collections\.gpufleet\.lifecycle\.plugins\.module_utils\.([\w.]+) import .*\bARGUMENT_SPEC\b", source, re.M):
+            source += (ROOT / "plugins" / "module_utils" / f"{name.replace('.', '/')}.py").read_text()
+        return source
     for base in COLLECTIONS:
         path = base / "ansible_collections" / namespace / collection / "plugins" / "modules" / f"{module}.py"
         if path.exists():

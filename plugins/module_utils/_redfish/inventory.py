@@ -66,6 +66,29 @@ def _single_line(value, field):
     return value
 
 
+# The module's arguments; its action plugin checks them against the same spec (plugin_utils._in_process).
+ARGUMENT_SPEC = dict(
+    bmcs=dict(
+        type="list",
+        elements="dict",
+        required=True,
+        options=dict(
+            name=dict(type="str", required=True),
+            address=dict(type="str", required=True),
+            port=dict(type="int", default=443),
+            user=dict(type="str", required=True),
+            password=dict(type="str", required=True, no_log=True),
+        ),
+    ),
+    validate_certs=dict(type="bool", default=True),
+    ca_path=dict(type="path"),
+    timeout=dict(type="int", default=30),
+    total_timeout=dict(type="int", default=300),
+    workers=dict(type="int", default=32),
+    expand=dict(type="bool", default=True),
+)
+
+
 def check_params(params):
     """Refuse what would read the wrong BMC or never end; returns the BMC list as given."""
     for field, low, high in (("timeout", 1, 600), ("total_timeout", 1, 3600), ("workers", 1, 256)):

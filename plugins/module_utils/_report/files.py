@@ -160,3 +160,18 @@ def write_reports(module, dest, basename, outputs):
         files[fmt] = path
         changed |= write_if_changed(module, path, content)
     return changed, files
+
+
+class ControllerFiles:
+    """What :func:`write_reports` needs of an AnsibleModule, for an action plugin that writes the report in the controller's
+    own process (``plugin_utils._in_process``). That runs only where SELinux is off on the controller: elsewhere the
+    module runs, and labels the files as Ansible does."""
+
+    def __init__(self, check_mode):
+        self.check_mode = bool(check_mode)
+
+    def selinux_enabled(self):
+        return False
+
+    def set_default_selinux_context(self, path, changed):  # never called: selinux_enabled() is False
+        raise ReportFileError(f"cannot label {path} for SELinux in the controller's process: run the module", path)
