@@ -17,7 +17,9 @@ import json
 import time
 
 import pytest
-from fleet import REPO, TESTS, fleet_up, needs_fleet, steady
+from fleet import REPO, TESTS, fleet_up, gpusim, needs_fleet, steady
+from gpusim import node as gnode
+from gpusim import state as gstate
 from rollout_helpers import NEW, OLD, RolloutFleet, by_time, failures, max_unavailable, recap, report_json, unavailable, waves_of, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-happy.yml"
@@ -195,6 +197,46 @@ def test_a_run_that_rolls_out_nothing_fails_and_says_why(fleet, happy, tmp_path)
     assert "skipped (gpufleet_fail_on_skipped): gpu-13: out of service for someone else" in said, said[-3000:]
     assert "rolled out no node" not in said
     assert "DRAIN" in fleet.node("gpu-13")["state"] and fleet.state_file("gpu-13") == before13
+
+
+def test_a_node_lost_while_this_rollout_holds_it_drained_is_reported_so(fleet, happy, tmp_path):
+    """A run killed after draining gpu-12 (its marker of this rollout in Slurm), and gpu-12 powered off before the same
+    command runs again: the run cannot reach it. The report and the failure say that this rollout left it drained, from
+    what Slurm shows, not only that it was lost from the run."""
+    rollout_id = report_json(happy["report"])["rollout_id"]
+    reason = f"gpufleet:{rollout_id}: driver upgrade (a killed run)"
+    node_dir = fleet.node_dir("gpu-12")
+    fleet.scontrol("update", "nodename=gpu-12", "state=drain", f"reason={reason}")
+    gstate.request_reboot(node_dir, 0, "poweroff")  # what the node's BMC does for ComputerSystem.Reset ForceOff
+    try:
+        deadline = time.monotonic() + 60
+        while gnode.power(node_dir) != "down":
+            assert time.monotonic() < deadline, "gpu-12 did not power off"
+            time.sleep(0.5)
+        done = fleet.upgrade(tmp_path / "lost", gpufleet_targets="gpu-11:gpu-12", gpufleet_max_unavailable=MAX_UNAVAILABLE,
+                             gpufleet_waves=[3], gpufleet_failure_budget=0, **SPREAD)
+        said = " ".join(done.stdout.split())
+        assert done.returncode != 0, done.stdout[-4000:]
+        assert "left drained: gpu-12 (lost from the run, drained by this rollout)" in said, said[-3000:]
+        record = json.loads((tmp_path / "lost" / "nodes" / "gpu-12.json").read_text())
+        assert record["skip_reason"].startswith("lost from the run (unreachable); Slurm shows it "), record["skip_reason"]
+        assert f"drained by this rollout ({reason})" in record["skip_reason"], record["skip_reason"]
+        assert json.loads((tmp_path / "lost" / "nodes" / "gpu-11.json").read_text())["result"] == "upgraded"
+        assert "DRAIN" in fleet.node("gpu-12")["state"]
+    finally:  # back in service for the tests after this one
+        done_on = gpusim("power-on", "gpu-12", workdir=fleet.workdir)
+        assert done_on.returncode == 0, done_on.stdout + done_on.stderr
+        deadline = time.monotonic() + 90
+        while True:
+            state = fleet.node("gpu-12")["state"]
+            if "NOT_RESPONDING" not in state and "*" not in state and "DOWN" not in state:
+                break
+            assert time.monotonic() < deadline, f"gpu-12 did not come back in Slurm: {state}"
+            time.sleep(1)
+        fleet.scontrol("update", "nodename=gpu-12", "state=resume")
+        while steady(fleet.node("gpu-12")["state"]) != "IDLE":
+            assert time.monotonic() < deadline, f"gpu-12 not idle after resume: {fleet.node('gpu-12')}"
+            time.sleep(1)
 
 
 def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp_path):
