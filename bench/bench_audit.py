@@ -2,6 +2,10 @@
 
 Needs root and tests/gpusim/install-deps.sh. Usage:
     .venv/bin/python bench/bench_audit.py [--sizes 64 128 (default: 16)] [--forks 32] [--repeat 1] [--playbook OTHER.yml ...]
+        [--controller-cpus 0-1]
+--controller-cpus puts the controller (ansible and what it starts) on those CPUs and the simulated fleet (its nodes'
+sshd, modules and tools, slurmctld, slurmd, the BMCs) on every other CPU, as on a real fleet where the nodes' work is
+not the controller's: on a machine with enough CPUs for the fleet, the wall times then measure the controller.
 For each size: brings up a simulated fleet (one HGX H100 SKU with 8 ConnectX-7, a BMC per node, the spec shape of
 bench_gpusim_up.py) on 127.0.120.x (BMCs on 127.0.220.x), slurmctld on 16300 and slurmd on 16301.., then times with
 the same forks and the fleet's ansible.cfg (pipelining on):
@@ -100,6 +104,33 @@ def machine_cpu_s() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def parse_cpus(text: str) -> set[int]:
+    """The CPUs of a taskset-style list ("0-1,4")."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{text!r} is not a CPU list: give numbers and ranges, as 0-1,4")
+        if high and int(high) < int(low):
+            raise ValueError(f"{part!r} in {text!r} is an empty range")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def cpu_split(controller: str | None, available: set[int]) -> tuple[list[str], list[str]]:
+    """(the controller's command prefix, the fleet's): `taskset -c` on the given CPUs and on all the others; ([], []) for
+    no split. Refuses CPUs this process may not use, and a split that leaves the fleet none."""
+    if not controller:
+        return [], []
+    wanted = parse_cpus(controller)
+    if not wanted <= available:
+        raise ValueError(f"--controller-cpus {controller}: CPUs {sorted(wanted - available)} are not available here ({sorted(available)})")
+    rest = sorted(available - wanted)
+    if not rest:
+        raise ValueError(f"--controller-cpus {controller} leaves no CPU for the simulated fleet ({sorted(available)} available)")
+    return ["taskset", "-c", ",".join(map(str, sorted(wanted)))], ["taskset", "-c", ",".join(map(str, rest))]
+
+
 def run(cmd: list[str], **kw) -> float:
     return timed(cmd, **kw)[0]
 
@@ -123,8 +154,9 @@ def best_of(repeat: int, cmd: list[str], **kw) -> tuple[float, float, float]:
 
 
 def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int, repeat: int, playbooks: list[pathlib.Path],
-            pipelining: bool = True) -> dict:
-    """The timings of one fleet that is up in ``workdir``."""
+            pipelining: bool = True, pin: list[str] | None = None) -> dict:
+    """The timings of one fleet that is up in ``workdir``; ``pin`` prefixes the controller's commands (taskset)."""
+    pin = pin or []
     (tmp_path / "naive.yml").write_text(yaml.safe_dump(NAIVE_AUDIT, sort_keys=False))
     (tmp_path / "gather.yml").write_text(yaml.safe_dump(GATHER_PLAY, sort_keys=False))
     (tmp_path / "ping_play.yml").write_text(yaml.safe_dump(PING_PLAY, sort_keys=False))
@@ -132,10 +164,10 @@ def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int
                        ANSIBLE_PIPELINING=str(pipelining),
                        ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}")
     inventory = str(workdir / "inventory" / "hosts.yml")
-    playbook_cmd = [str(BIN / "ansible-playbook"), "-i", inventory, "-f", str(forks)]
+    playbook_cmd = [*pin, str(BIN / "ansible-playbook"), "-i", inventory, "-f", str(forks)]
     result: dict = {"nodes": size, "forks": forks, "pipelining": pipelining}
     timings = {}
-    timings["ping"] = best_of(repeat, [str(BIN / "ansible"), "gpu_nodes", "-i", inventory, "-m", "ansible.builtin.ping", "-f", str(forks)],
+    timings["ping"] = best_of(repeat, [*pin, str(BIN / "ansible"), "gpu_nodes", "-i", inventory, "-m", "ansible.builtin.ping", "-f", str(forks)],
                               env=ansible_env)
     timings["naive"] = best_of(repeat, [*playbook_cmd, str(tmp_path / "naive.yml")], env=ansible_env)
     timings["ping_play"] = best_of(repeat, [*playbook_cmd, str(tmp_path / "ping_play.yml")], env=ansible_env)
@@ -166,19 +198,21 @@ def measure(workdir: pathlib.Path, tmp_path: pathlib.Path, size: int, forks: int
     return result
 
 
-def bench(size: int, forks: int, repeat: int, playbooks: list[pathlib.Path], pipelining: bool, workdir: pathlib.Path | None) -> dict:
+def bench(size: int, forks: int, repeat: int, playbooks: list[pathlib.Path], pipelining: bool, workdir: pathlib.Path | None,
+          split: tuple[list[str], list[str]] = ([], [])) -> dict:
     env = dict(os.environ, PYTHONPATH=str(TESTS))
     gpusim = [sys.executable, "-m", "gpusim"]
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         tmp_path = pathlib.Path(tmp)
         if workdir is not None:  # a fleet already up (gpusim up --spec ... --workdir DIR): measured, left up
-            result = measure(workdir, tmp_path, size, forks, repeat, playbooks, pipelining)
+            result = measure(workdir, tmp_path, size, forks, repeat, playbooks, pipelining, split[0])
         else:
             (tmp_path / "spec.yml").write_text(yaml.safe_dump(spec(size)))
             fleet = tmp_path / "fleet"
-            up_s = run([*gpusim, "up", "--spec", str(tmp_path / "spec.yml"), "--workdir", str(fleet)], env=env)
+            # Everything the fleet starts (BMCs, slurmctld, the supervisor, each node's sshd and slurmd) inherits this affinity.
+            up_s = run([*split[1], *gpusim, "up", "--spec", str(tmp_path / "spec.yml"), "--workdir", str(fleet)], env=env)
             try:
-                result = measure(fleet, tmp_path, size, forks, repeat, playbooks, pipelining)
+                result = measure(fleet, tmp_path, size, forks, repeat, playbooks, pipelining, split[0])
             finally:
                 result_down_s = run([*gpusim, "down", "--workdir", str(fleet)], env=env)
             result.update(up_s=up_s, down_s=result_down_s)
@@ -194,16 +228,24 @@ def main() -> int:
     parser.add_argument("--playbook", type=pathlib.Path, action="append", default=[], help="another audit playbook to time (repeatable)")
     parser.add_argument("--no-pipelining", action="store_true", help="run everything with ANSIBLE_PIPELINING=False")
     parser.add_argument("--workdir", type=pathlib.Path, help="measure the fleet already up in this gpusim workdir (one size: its node count)")
+    parser.add_argument("--controller-cpus", help="run the controller on these CPUs (taskset list, as 0-1) and the fleet on the others")
     args = parser.parse_args()
+    try:
+        split = cpu_split(args.controller_cpus, os.sched_getaffinity(0))
+    except ValueError as exc:
+        parser.error(str(exc))
     if os.geteuid() != 0:
         print("bench_audit.py needs root (gpusim): not run")
         return 0
-    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at start; forks {args.forks}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at start; forks {args.forks}"
+          + (f"; controller on CPUs {split[0][2]}, the simulated fleet on {split[1][2]}" if split[0] else ""))
+    if split[0] and args.workdir is not None:
+        print("(--workdir: the fleet keeps the CPUs it was started on; only the controller is placed)")
     if args.workdir is not None:
         args.sizes = [len(yaml.safe_load((args.workdir / "inventory" / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["children"]
                           ["hgx_h100"]["hosts"])]
     for size in args.sizes:
-        print(json.dumps(bench(size, args.forks, args.repeat, [p.resolve() for p in args.playbook], not args.no_pipelining, args.workdir)),
+        print(json.dumps(bench(size, args.forks, args.repeat, [p.resolve() for p in args.playbook], not args.no_pipelining, args.workdir, split)),
               flush=True)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     return 0
