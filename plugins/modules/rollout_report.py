@@ -105,6 +105,12 @@ paths:
     html: reports/rollout-r-1/rollout-report.html
     junit: reports/rollout-r-1/rollout-junit.xml
     nodes: {gpu-01: reports/rollout-r-1/nodes/gpu-01.json}
+headline:
+  description: The report's first line, the nodes counted by result.
+  returned: always
+  type: str
+  sample: "24 nodes: 22 upgraded, 1 rolled back, 1 skipped."
+  version_added: 0.2.0
 summary:
   description: Counts of nodes per result, and the summary the report shows.
   returned: always
@@ -133,7 +139,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import ReportFileError, ensure_folder, write_reports
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout import FILES, RENDERERS, RecordError, build_report, node_evidence
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout import FILES, RENDERERS, RecordError, build_report, headline, node_evidence
 
 
 def main():
@@ -188,7 +194,7 @@ def main():
             paths.update(files)
     except ReportFileError as exc:
         module.fail_json(**exc.fail_kwargs())
-    module.exit_json(changed=changed, paths=paths, summary=report["summary"])
+    module.exit_json(changed=changed, paths=paths, headline=headline(report["summary"]), summary=report["summary"])
 
 
 if __name__ == "__main__":

@@ -218,6 +218,9 @@ def test_a_node_lost_while_this_rollout_holds_it_drained_is_reported_so(fleet, h
         said = " ".join(done.stdout.split())
         assert done.returncode != 0, done.stdout[-4000:]
         assert "left drained: gpu-12 (lost from the run, drained by this rollout)" in said, said[-3000:]
+        # The last lines: the nodes by result, and the files (not a dict's repr, not "key value" per summary field).
+        assert f"rollout {rollout_id}: 2 nodes: 1 upgraded, 0 rolled back, 1 not started." in said, said[-3000:]
+        assert "rollout-report.json, rollout-report.md, rollout-report.html, rollout-junit.xml, nodes/ (a JSON file per node))" in said
         record = json.loads((tmp_path / "lost" / "nodes" / "gpu-12.json").read_text())
         assert record["skip_reason"].startswith("lost from the run (unreachable); Slurm shows it "), record["skip_reason"]
         assert f"drained by this rollout ({reason})" in record["skip_reason"], record["skip_reason"]

@@ -38,6 +38,7 @@ def test_writes_every_format_and_a_file_per_node(tmp_path, run_module):
     assert result["changed"] is True
     summary = result["summary"]
     assert (summary["nodes"], summary["upgraded"], summary["rolled_back"], summary["skipped"], summary["failed"]) == (24, 22, 1, 1, 1)
+    assert result["headline"] == "24 nodes: 22 upgraded, 1 rolled back, 1 skipped."  # the line the rollout prints at its end
     assert result["paths"]["json"] == str(dest / "rollout-report.json")
     assert result["paths"]["junit"] == str(dest / "rollout-junit.xml")
     assert sorted(p.name for p in dest.iterdir()) == ["nodes", "rollout-junit.xml", "rollout-report.html", "rollout-report.json", "rollout-report.md"]
