@@ -70,11 +70,11 @@ def run_report(tmp: pathlib.Path, size: int, result: dict, bom: dict, extra: lis
                ANSIBLE_COLLECTIONS_PATH=f"{REPO / '.collections'}:{REPO / '.venv/lib/python3.11/site-packages'}")
     cmd = [str(BIN / "ansible-playbook"), "-i", str(tmp / "hosts.yml"), str(REPO / "playbooks" / "audit.yml"),
            "--start-at-task", "Read the BMCs' firmware inventories out of band", "-e", f"gpufleet_report_dir={report_dir}", *extra]
-    usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = bench_audit.children_cpu_s()
     started = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     wall = time.monotonic() - started
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = bench_audit.children_cpu_s() - cpu_before
     if done.returncode != 0:
         raise SystemExit(f"audit.yml failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     task = re.search(rf"^{re.escape(REPORT_TASK)} -+ ([0-9.]+)s$", done.stdout, re.M)
@@ -83,8 +83,8 @@ def run_report(tmp: pathlib.Path, size: int, result: dict, bom: dict, extra: lis
         raise SystemExit(f"the report counts {report['totals']} for {size} hosts")
     report.pop("generated_at", None)
     return {"report_task_s": float(task.group(1)) if task else None, "playbook_s": round(wall, 2),
-            "controller_cpu_s": round(usage.ru_utime + usage.ru_stime - usage_before.ru_utime - usage_before.ru_stime, 2),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024), "report": report}
+            "controller_cpu_s": round(cpu, 2), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+            "report": report}
 
 
 def main() -> int:

@@ -172,6 +172,3 @@ class ControllerFiles:
 
     def selinux_enabled(self):
         return False
-
-    def set_default_selinux_context(self, path, changed):  # never called: selinux_enabled() is False
-        raise ReportFileError(f"cannot label {path} for SELinux in the controller's process: run the module", path)
