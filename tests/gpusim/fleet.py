@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from gpusim import node, slurm
+from gpusim import node, progress, slurm
 from gpusim import spec as spec_mod
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
@@ -41,6 +41,8 @@ SUPERVISOR_PID = "supervisor.pid"
 BMC_DIR = "bmc"
 BMC_PID = "bmc.pid"
 BOOT_WORKERS = 16
+# A gpusim daemon (the BMCs, the supervisor) that neither writes its pid file nor logs for this long is stuck.
+DAEMON_STALL_S = 60.0
 # The inventory host (group slurm_clients) that runs Slurm commands on the controller, beside slurmctld.
 SLURM_CLIENT = "slurmctl"
 
@@ -268,30 +270,39 @@ def bmc_credentials(workdir: Path) -> dict[str, str]:
     return json.loads((Path(workdir) / BMC_DIR / "credentials.json").read_text())
 
 
-def _start_daemon(workdir: Path, module: str, pid_file: Path, log_file: Path, timeout: float) -> int:
+def _start_daemon(workdir: Path, module: str, pid_file: Path, log_file: Path, stall: float) -> int:
+    """Start a gpusim daemon detached; return its pid once it has written its pid file (it does so when it serves).
+
+    Waited for by progress: the daemon's log growing restarts the clock; a daemon that exits is reported at once."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(TESTS_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(log_file, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", module, "--workdir", str(workdir)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=env, cwd="/")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def started() -> bool:
         if slurm.pid_from(pid_file) == proc.pid:
-            return proc.pid
+            return True
         if proc.poll() is not None:
-            raise FleetError(f"{module} exited with {proc.returncode}; see {log_file}")
-        time.sleep(0.05)
-    raise FleetError(f"{module} did not start within {timeout:g}s; see {log_file}")
+            raise FleetError(f"{module} exited with {proc.returncode}; its log ends:\n{progress.tail(log_file)}")
+        return False
+
+    try:
+        progress.wait(started, progress=lambda: progress.size(log_file), stall=stall, interval=0.05, what=f"{module}'s start",
+                      missing=lambda: f"it wrote no pid file; {log_file} ends:\n{progress.tail(log_file)}")
+    except progress.Stalled as stalled:
+        raise FleetError(str(stalled)) from None
+    return proc.pid
 
 
-def start_supervisor(workdir: Path, timeout: float = 15.0) -> int:
-    return _start_daemon(workdir, "gpusim.supervisor", workdir / SUPERVISOR_PID, workdir / "supervisor.log", timeout)
+def start_supervisor(workdir: Path, stall: float = DAEMON_STALL_S) -> int:
+    return _start_daemon(workdir, "gpusim.supervisor", workdir / SUPERVISOR_PID, workdir / "supervisor.log", stall)
 
 
-def start_bmcs(workdir: Path, timeout: float = 15.0) -> int:
+def start_bmcs(workdir: Path, stall: float = DAEMON_STALL_S) -> int:
     """Start the process serving every BMC of the fleet; return once it listens on every BMC address."""
     bmc = workdir / BMC_DIR
-    return _start_daemon(workdir, "gpusim.bmc", bmc / BMC_PID, bmc / "bmc.log", timeout)
+    return _start_daemon(workdir, "gpusim.bmc", bmc / BMC_PID, bmc / "bmc.log", stall)
 
 
 # --- down ----------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ import os
 import shlex
 import signal
 import subprocess
-import time
 from collections import defaultdict
 from pathlib import Path
+
+from gpusim import progress
 
 NODE_MOUNT = "/var/lib/gpusim"
 # Paths ansible.builtin.reboot and people may call to reboot; on Debian they are links to
@@ -221,6 +222,9 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
         "set -eu",
         f"exec >>{nd}/log/boot.log 2>&1",
         'echo "boot $(date +%s)"',
+        # Each step is traced into boot.log: the log growing is the boot's progress (node.boot waits by it) and its
+        # last line says where a boot that stopped moving was.
+        "set -x",
         *overlay_mount_lines(node_dir),
         f"mount --bind {nd} {NODE_MOUNT}",
         f"mount --bind {nd}/bin /usr/local/bin",
@@ -293,19 +297,25 @@ def processes(node_dir: Path, table: dict[str, list[int]] | None = None) -> list
     return list(table.get(inode, []))
 
 
-def kill(node_dir: Path, timeout: float = 10.0) -> None:
-    """Kill every process of the node (SIGKILL: a reboot, not a shutdown) and wait until none is left."""
-    deadline = time.monotonic() + timeout
-    while True:
+# Killed processes of a node that are still there after this long without one of them going away are stuck.
+KILL_STALL_S = 60.0
+
+
+def kill(node_dir: Path, stall: float = KILL_STALL_S) -> None:
+    """Kill every process of the node (SIGKILL: a reboot, not a shutdown) and wait until none is left.
+
+    Waited for by progress: on a loaded machine a SIGKILLed process can take seconds to go; each one that goes
+    restarts the stall clock (a fixed 10 s limit left a node down, its reboot abandoned, under load)."""
+    def gone() -> bool:
         pids = processes(node_dir)
-        if not pids:
-            break
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"gpusim: processes {pids} of node {node_dir.name} survive SIGKILL")
-        time.sleep(0.05)
+        return not pids
+
+    progress.wait(gone, progress=lambda: len(processes(node_dir)), stall=stall, interval=0.05,
+                  what=f"the processes of node {node_dir.name} after SIGKILL",
+                  missing=lambda: f"still there: {processes(node_dir)}")
     with contextlib.suppress(FileNotFoundError):
         (node_dir / "mntns").unlink()
 
@@ -349,20 +359,35 @@ def unshare_command(node_dir: Path, script: str = "boot.sh") -> list[str]:
     return [*cmd, "/bin/sh", str(node_dir / script)]
 
 
-def boot(node_dir: Path, script: str = "boot.sh", timeout: float = 30.0, slurmd_delay: float = 0.0) -> None:
-    """Start the node's namespace, sshd and slurmd; return once sshd listens.
+# A boot whose script shows no progress (no new line in boot.log) for this long is stuck: on a loaded machine a step
+# (a mount, sshd's or slurmd's start) can take seconds, never minutes.
+BOOT_STALL_S = 120.0
+
+
+def boot(node_dir: Path, script: str = "boot.sh", stall: float = BOOT_STALL_S, slurmd_delay: float = 0.0) -> None:
+    """Start the node's namespace, sshd and slurmd; return once sshd listens (the script has run to its end).
 
     script is boot.sh for the first boot, reboot.sh after. slurmd_delay > 0: slurmd starts that many seconds
-    later (in the background).
+    later (in the background). The boot is waited for by its own progress: each step it runs is traced into
+    NODE_DIR/log/boot.log, and only a script that adds nothing there for `stall` seconds is killed, with the step it
+    was stuck at in the error (a fixed 30 s limit killed boots that were still moving on a loaded machine).
     """
     with contextlib.suppress(FileNotFoundError):
         (node_dir / "mntns").unlink()
     env = {k: v for k, v in os.environ.items() if k != "GPUSIM_SLURMD_DELAY"}
     if slurmd_delay > 0:
         env["GPUSIM_SLURMD_DELAY"] = f"{slurmd_delay:.1f}"
-    done = subprocess.run(unshare_command(node_dir, script), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env)
-    if done.returncode != 0:
-        log = (node_dir / "log" / "boot.log").read_text()[-2000:] if (node_dir / "log" / "boot.log").exists() else ""
-        raise RuntimeError(f"gpusim: node {node_dir.name} failed to boot (rc {done.returncode}): {done.stderr.strip()}\n{log}")
+    boot_log = node_dir / "log" / "boot.log"
+    with subprocess.Popen(unshare_command(node_dir, script), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, env=env) as proc:
+        try:
+            progress.wait(lambda: proc.poll() is not None, progress=lambda: progress.size(boot_log), stall=stall,
+                          what=f"node {node_dir.name}'s {script}", missing=lambda: "its log ends:\n" + progress.tail(boot_log))
+        except progress.Stalled as stalled:
+            proc.kill()
+            raise RuntimeError(str(stalled)) from None
+        output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"gpusim: node {node_dir.name} failed to boot (rc {proc.returncode}): {output.strip()}\n"
+                           + progress.tail(boot_log, 30))
     set_power(node_dir, "up")

@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from gpusim import progress
 from gpusim.spec import Fleet
 
 REBOOT_PROGRAM = """#!/bin/sh
@@ -174,8 +175,13 @@ def slurmd_delay(node_dir: Path) -> tuple[float, list[str]]:
     return max(0.0, float(record["down_at"]) + JOB_GRACE_S - time.time()), list(record["jobs"])
 
 
-def start_controller(workdir: Path) -> None:
-    """Start munged and slurmctld (both daemonize) and wait until slurmctld answers."""
+# Slurm's daemons on a loaded machine: given up on only after this long without progress (a new line in their logs, a
+# node less to wait for), never after a fixed time.
+STALL_S = 120.0
+
+
+def start_controller(workdir: Path, stall: float = STALL_S) -> None:
+    """Start munged and slurmctld (both daemonize) and wait until slurmctld answers, for as long as its log moves."""
     paths = Paths(workdir)
     subprocess.run(
         ["munged", "--force", f"--socket={paths.munge_socket}", f"--key-file={paths.munge_key}",
@@ -184,13 +190,19 @@ def start_controller(workdir: Path) -> None:
         check=True, capture_output=True, text=True,
     )
     subprocess.run(["slurmctld", "-f", str(paths.conf)], check=True, capture_output=True, text=True, env=env(workdir))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    ctld_log = paths.log / "slurmctld.log"
+
+    def up() -> bool:
         done = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env(workdir), check=False)
         if "is UP" in done.stdout:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"gpusim: slurmctld did not come up; see {paths.log / 'slurmctld.log'}")
+            return True
+        pid = pid_from(paths.ctld_pid)
+        if pid is not None and not _alive(pid):
+            raise RuntimeError(f"gpusim: slurmctld exited while starting; its log ends:\n{progress.tail(ctld_log)}")
+        return False
+
+    progress.wait(up, progress=lambda: progress.size(ctld_log), stall=stall, interval=0.2, what="slurmctld's start",
+                  missing=lambda: f"scontrol ping does not answer UP; {ctld_log} ends:\n{progress.tail(ctld_log)}")
 
 
 def pid_from(path: Path) -> int | None:
@@ -241,18 +253,30 @@ def node_states(workdir: Path) -> dict[str, str]:
     return states
 
 
-def wait_registered(workdir: Path, names: list[str], timeout: float = 60.0) -> None:
-    """Wait until every named node has registered (no longer unknown or not responding)."""
-    deadline = time.monotonic() + timeout
+def wait_registered(workdir: Path, names: list[str], stall: float = STALL_S) -> None:
+    """Wait until every named node has registered (no longer unknown or not responding).
+
+    Waited for by progress: a node registering, or a pending node's slurmd writing to its log, restarts the stall
+    clock; after `stall` seconds of neither, the error names the nodes still missing and each one's last log lines.
+    """
     pending = set(names)
-    while True:
+
+    def registered() -> bool:
         states = node_states(workdir)
-        pending = {n for n in pending if not states.get(n) or states[n].endswith("*") or states[n].startswith("unk")}
-        if not pending:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"gpusim: slurmd of {', '.join(sorted(pending))} did not register with slurmctld")
-        time.sleep(0.3)
+        pending.intersection_update({n for n in pending if not states.get(n) or states[n].endswith("*") or states[n].startswith("unk")})
+        return not pending
+
+    def slurmd_log(name: str) -> Path:
+        return workdir / "nodes" / name / "slurmd.log"
+
+    def moved() -> tuple:
+        return tuple(sorted((n, progress.size(slurmd_log(n))) for n in pending))
+
+    def missing() -> str:
+        return "slurmd of " + ", ".join(sorted(pending)) + " did not register with slurmctld; " + "; ".join(
+            f"{n}'s slurmd.log ends: {progress.tail(slurmd_log(n), 3) or '(no log)'}" for n in sorted(pending)[:3])
+
+    progress.wait(registered, progress=moved, stall=stall, interval=0.3, what="the nodes' Slurm registration", missing=missing)
 
 
 def submit_sleep_jobs(workdir: Path, node: str, count: int) -> list[str]:
