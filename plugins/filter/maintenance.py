@@ -2,10 +2,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The Kubernetes drain decisions of the node_maintenance role, as filters.
+"""The drain and reboot decisions of the node_maintenance role, as filters.
 
 Documentation of each filter in the adjacent <filter_name>.yml file; the logic is in
-plugins/module_utils/_maintenance/kubernetes.py (pure functions over the Kubernetes API's JSON).
+plugins/module_utils/_maintenance/kubernetes.py (pure functions over the Kubernetes API's JSON) and
+plugins/module_utils/_maintenance/slurm.py (a Slurm reboot that never starts).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance import kubernetes
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance import kubernetes, slurm
 
 _PREFIX = "gpufleet.lifecycle."
 
@@ -25,14 +26,14 @@ def _filter(name, function):
     def wrapper(*args, **kwargs):
         try:
             return function(*args, **kwargs)
-        except (kubernetes.KubernetesMaintenanceError, TypeError) as exc:
+        except (kubernetes.KubernetesMaintenanceError, slurm.SlurmArgumentError, TypeError) as exc:
             raise AnsibleFilterError(f"{_PREFIX}{name}: {exc}") from exc
 
     return wrapper
 
 
 class FilterModule:
-    """gpufleet.lifecycle Kubernetes maintenance filters."""
+    """gpufleet.lifecycle maintenance filters (Kubernetes drains, Slurm reboots)."""
 
     def filters(self):
         return {
@@ -40,4 +41,5 @@ class FilterModule:
             "k8s_uncordon_plan": _filter("k8s_uncordon_plan", kubernetes.uncordon_plan),
             "k8s_drain_blockers": _filter("k8s_drain_blockers", kubernetes.drain_blockers),
             "k8s_drain_outcome": _filter("k8s_drain_outcome", kubernetes.drain_outcome),
+            "slurm_reboot_next": _filter("slurm_reboot_next", slurm.reboot_next),
         }

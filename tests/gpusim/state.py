@@ -42,12 +42,12 @@ FAULT_KINDS = (
     "dkms_fail", "no_return", "gpu_missing", "xid79", "xid48", "xid119", "ecc_dbe", "fm_mismatch",
     "fm_inactive", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail", "psid_mismatch",
     "gpu_process", "headers_missing", "modules_busy", "bmc_unresponsive", "nic_no_live_reset",
-    "nic_unopenable",
+    "nic_unopenable", "reboot_lost",
 )
 # Kinds that describe a lasting condition the tools consult (kept in state["faults"]).
 _STANDING = {"dkms_fail", "no_return", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail",
              "headers_missing", "modules_busy", "bmc_unresponsive", "nic_no_live_reset",
-             "nic_unopenable"}
+             "nic_unopenable", "reboot_lost"}
 # Standing kinds that a reboot ends (modules_busy: the process holding /dev/nvidia* dies with the node).
 _CLEARED_AT_BOOT = {"modules_busy"}
 # Kinds whose default trigger is the next boot rather than now.
@@ -316,6 +316,19 @@ def load_modules(state: dict[str, Any], names: tuple[str, ...] = DRIVER_MODULES)
             _fire_pending(state, "upgrade")
 
 
+def take_lost_reboot(state: dict[str, Any]) -> bool:
+    """Whether a reboot request from Slurm is to be dropped (fault reboot_lost); consumes one of its count."""
+    f = fault(state, "reboot_lost")
+    if f is None:
+        return False
+    left = int(f.get("count", 1)) - 1
+    if left > 0:
+        f["count"] = left
+    else:
+        state["faults"].remove(f)
+    return True
+
+
 def _fire_pending(state: dict[str, Any], when: str) -> None:
     """Activate the pending faults declared for `when` (boot | upgrade), in their order, once."""
     pending = []
@@ -361,6 +374,10 @@ def apply_fault(state: dict[str, Any], kind: str, **params: Any) -> dict[str, An
       only a reboot (level 4) runs new firmware there
     - nic_unopenable(nic=0): the NIC's configuration space cannot be opened (a wedged card, a VF passed through):
       mlxfwmanager lists it with "--" fields and Status "Failed to open device", flint -d and mlxfwreset -d fail
+    - reboot_lost(count=1): the next `count` reboot requests Slurm sends the node (RebootProgram) are lost, as when
+      REQUEST_REBOOT_NODES reaches a slurmd that is busy or restarting: slurmctld shows the reboot issued, the node
+      never goes down, and Slurm would set it DOWN "reboot timed out" after ResumeTimeout. Reboots asked any other
+      way (shutdown -r, the BMC) are not affected. `when: upgrade` drops the first ones after the new driver's boot.
     Returns the state.
     """
     if kind not in FAULT_KINDS:

@@ -31,6 +31,8 @@ ACTIONS = ("reboot", "poweroff", "on", "powercycle")
 HANDLING = "reboot.handling"
 # A request file that does not parse yet may be half-written by a writer that does not rename.
 PARTIAL_GRACE_S = 2.0
+# Whole seconds between the second a reboot was asked in and the second the node boots in (see _reboot).
+BOOT_AFTER_REQUEST_S = 3
 
 
 def log(message: str) -> None:
@@ -101,6 +103,9 @@ class Supervisor:
         log(f"{name}: {action} requested (delay {delay:g}s)")
         if self.stop.wait(delay):
             return
+        if request.get("by") == "slurm" and state.update(nd, state.take_lost_reboot):
+            log(f"{name}: Slurm's reboot request lost (fault reboot_lost): the node stays up on its boot")
+            return
         if action == "on":
             if node.processes(nd):
                 log(f"{name}: already on")
@@ -126,9 +131,14 @@ class Supervisor:
             return
         with contextlib.suppress(FileNotFoundError):
             (nd / REQUEST).unlink()  # written while it went down: that boot already happened
-        # Slurm compares whole seconds: the node boots in a later second than the request (scontrol reboot's
-        # boot_req_time), else slurmctld would not take the registration for the reboot it asked for.
-        while int(time.time()) <= int(seen_at) and not self.stop.wait(0.05):
+        # slurmctld takes a registration for the reboot it asked for only when the node's boot time is not before
+        # boot_req_time (node_mgr.c waiting_for_node_boot: boot_time < boot_req_time is "still waiting"), in whole
+        # seconds: boot_time = now - sysinfo uptime (rounded up by the kernel), and the node's time namespace starts
+        # its uptime at 0..1 s (unshare takes whole seconds), so the boot time slurmd reports can be up to 2 s before
+        # the real boot. A real reboot lasts minutes; here the boot waits until 3 s after the request's second, else
+        # a reboot of timing.reboot 1 s was "still waiting" until ResumeTimeout set the node DOWN.
+        asked = min(seen_at, float(request.get("requested_at") or seen_at))
+        while int(time.time()) < int(asked) + BOOT_AFTER_REQUEST_S and not self.stop.wait(0.05):
             pass
         delay, jobs = slurm.slurmd_delay(nd)
         node.boot(nd, "reboot.sh", slurmd_delay=delay)

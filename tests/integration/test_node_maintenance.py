@@ -15,7 +15,7 @@ import subprocess
 import time
 
 import pytest
-from fleet import TESTS, ansible_env, fleet_up, json_doc, needs_fleet, scontrol_node
+from fleet import TESTS, ansible_env, fleet_up, gpusim, json_doc, needs_fleet, scontrol_node
 from fleet import Fleet as BaseFleet
 
 SPEC = TESTS / "fixtures" / "maintenance" / "fleet-maint.yml"
@@ -46,6 +46,8 @@ PLAYBOOK = """
           resumed: "{{ node_maintenance_resumed | default(None) }}"
           rebooted: "{{ node_maintenance_rebooted | default(None) }}"
           boot_id: "{{ node_maintenance_boot_id | default(None) }}"
+          reboot_path: "{{ node_maintenance_reboot_path | default(None) }}"
+          reboot_why: "{{ node_maintenance_reboot_why | default(None) }}"
 """
 
 
@@ -230,6 +232,41 @@ def test_reboot_through_slurm_from_the_slurm_client_then_resume(fleet):
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.facts(doc, "idle-01")["resumed"] is True
     assert fleet.wait_state("idle-01", lambda s: s == "IDLE") == "IDLE"
+
+
+def _lost_reboot(fleet, name, count, **extra):
+    """Drain name, make Slurm's next `count` reboot requests to it get lost, reboot it through the role; -> (facts, supervisor log)."""
+    proc, _doc = fleet.role(name, "drain")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    done = gpusim("fault", name, "reboot_lost", f"count={count}", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    proc, doc = fleet.role(name, "reboot", gpufleet_reboot_timeout=180, gpufleet_reboot_start_timeout=8, **extra)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    facts = fleet.facts(doc, name)
+    assert facts["rebooted"] is True and facts["boot_id"]["before"] != facts["boot_id"]["after"], facts
+    # Slurm took the boot for the reboot it asked for (within ResumeTimeout: not "reboot timed out"), our reason kept.
+    assert fleet.node(name) == ("DOWN", f"{OURS} : reboot issued : reboot complete")
+    log = (fleet.workdir / "supervisor.log").read_text()
+    assert f"{name}: Slurm's reboot request lost (fault reboot_lost)" in log, log[-2000:]
+    proc, doc = fleet.role(name, "resume")
+    assert proc.returncode == 0 and fleet.facts(doc, name)["resumed"] is True, proc.stdout[-3000:]
+    return facts
+
+
+def test_a_reboot_request_slurm_loses_is_asked_of_the_node_itself(fleet):
+    """Slurm sends its reboot request once; lost (the simulated slurmd drops it), Slurm shows the reboot issued and
+    would wait ResumeTimeout (600 s here). The role sees the node did not go down within its start bound and asks
+    the node's own reboot; Slurm completes its reboot with that boot."""
+    facts = _lost_reboot(fleet, "idle-01", 1)
+    assert facts["reboot_path"] == "node", facts
+    assert "its request to slurmd was lost" in facts["reboot_why"] or "node went down" in facts["reboot_why"], facts
+
+
+def test_a_node_neither_slurm_nor_its_os_reboots_is_reset_through_its_bmc(fleet):
+    """Slurm's request lost and the node's own reboot command doing nothing: the BMC's ComputerSystem.Reset
+    (certificate checked against the fleet's CA) reboots it, and its record says so."""
+    facts = _lost_reboot(fleet, "pre-01", 1, node_maintenance_node_reboot_command=["true"])
+    assert facts["reboot_path"] == "bmc", facts
 
 
 def test_kill_jobs_cancels_the_jobs_that_held_the_drain(fleet):

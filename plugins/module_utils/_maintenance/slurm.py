@@ -483,3 +483,64 @@ def run(module, params):
     predicted = check or self_reboot
     result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], want_reason) if predicted else _diff_view(after)}
     return result
+
+
+# --- a reboot Slurm was asked for that never starts ----------------------------------------------------
+#
+# slurmctld sends REQUEST_REBOOT_NODES once (agent.c: retry 0) and, when it cannot reach slurmd (busy, restarting),
+# keeps the node REBOOT_ISSUED without pinging it until ResumeTimeout, then sets it DOWN "reboot timed out"
+# (node_mgr.c check_reboot_nodes). Asking Slurm again changes nothing: `scontrol reboot` on a node already
+# REBOOT_ISSUED is skipped and answers success, and `scontrol cancel_reboot` is refused ("Reboot already in progress")
+# (Slurm 22.05, proc_req.c _slurm_rpc_reboot_nodes, node_mgr.c update_node). What Slurm still waits for is a boot:
+# slurmd registering with a boot time after the request completes the reboot it asked for (nextstate and reason
+# kept), however the node was rebooted. So the second request goes to the node itself (its own reboot command, what
+# slurmd's RebootProgram would have run), and the third to its BMC (ComputerSystem.Reset), the path that works when
+# the node's OS does not.
+
+# Who can be asked to reboot the node, in the order they are asked.
+REBOOT_PATHS = ("slurm", "node", "bmc")
+_REBOOT_PATH_TEXT = {
+    "slurm": "Slurm (scontrol reboot)",
+    "node": "the node's own reboot command",
+    "bmc": "its BMC (Redfish ComputerSystem.Reset ForceRestart)",
+}
+
+
+def reboot_next(started, asked, node=None, bmc=False, waited=None):
+    """What to do once a reboot asked of ``asked[-1]`` was given its time to start.
+
+    ``started``: the node went down within that time (its boot id changed, or it stopped answering).
+    ``asked``: the paths asked so far, in order (``["slurm"]``, then ``["slurm", "node"]``...).
+    ``node``: Slurm's view of the node read after the wait (slurm_node's ``before``), or None.
+    ``bmc``: whether the node's BMC can be asked (address and credentials set).
+    ``waited``: the seconds each path was given, for the message.
+    Returns ``{"action": "wait" | "node" | "bmc" | "fail", "path": str | None, "why": str}``: ``wait`` for the node to
+    come back (``path`` is who rebooted it), ask ``node`` or ``bmc`` next, or ``fail`` with ``why``.
+    """
+    asked = list(asked or [])
+    if not asked or any(p not in REBOOT_PATHS for p in asked) or len(set(asked)) != len(asked):
+        raise SlurmArgumentError(f"asked must list each of {', '.join(REBOOT_PATHS)} at most once, in order; got {asked!r}")
+    last = asked[-1]
+    if started:
+        return {"action": "wait", "path": last, "why": f"the node went down after {_REBOOT_PATH_TEXT[last]} was asked"}
+    node = node if isinstance(node, dict) else {}
+    flags = set(node.get("flags") or [])
+    within = f" within {waited} s" if waited is not None else ""
+    if node.get("hold") == "others":
+        return {"action": "fail", "path": None,
+                "why": f"the node did not go down{within} and Slurm shows it {node.get('state')}: {node.get('hold_why')}"}
+    if last == "slurm" and "REBOOT_REQUESTED" in flags and "REBOOT_ISSUED" not in flags:
+        # Not lost: Slurm has not sent it yet (it reboots a node once idle; ASAP keeps new jobs off meanwhile).
+        jobs = node.get("jobs") or []
+        return {"action": "wait", "path": "slurm",
+                "why": f"Slurm holds the reboot until the node is idle ({len(jobs)} job(s) on it, state {node.get('state')})"}
+    lost = (f"the node did not go down{within} after {_REBOOT_PATH_TEXT[last]} was asked"
+            + (" (Slurm shows the reboot issued: its request to slurmd was lost)" if "REBOOT_ISSUED" in flags else ""))
+    if "node" not in asked:
+        return {"action": "node", "path": None, "why": f"{lost}; asking {_REBOOT_PATH_TEXT['node']}"}
+    if "bmc" not in asked and bmc:
+        return {"action": "bmc", "path": None, "why": f"{lost}; asking {_REBOOT_PATH_TEXT['bmc']}"}
+    tried = ", ".join(_REBOOT_PATH_TEXT[p] for p in asked)
+    hint = "" if bmc else " (no BMC is configured for it: set bmc_address, bmc_user and bmc_password to let the rollout reset it)"
+    return {"action": "fail", "path": None,
+            "why": f"{lost}; asked {tried} and it is still up on its old boot{hint}: look at the node (slurmd, its console)"}

@@ -1,4 +1,4 @@
-"""The Kubernetes maintenance filters: names, wiring to _maintenance/kubernetes.py, errors naming the filter."""
+"""The maintenance filters: names, wiring to _maintenance/kubernetes.py and slurm.py, errors naming the filter."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ NODE = {"kind": "Node", "metadata": {"name": "gpu-01", "resourceVersion": "7"}, 
 
 
 def test_filters_are_exported():
-    assert set(FILTERS) == {"k8s_cordon_plan", "k8s_uncordon_plan", "k8s_drain_blockers", "k8s_drain_outcome"}
+    assert set(FILTERS) == {"k8s_cordon_plan", "k8s_uncordon_plan", "k8s_drain_blockers", "k8s_drain_outcome", "slurm_reboot_next"}
 
 
 def test_cordon_then_uncordon_round_trip():
@@ -36,3 +36,10 @@ def test_cordon_then_uncordon_round_trip():
 def test_errors_name_the_filter(name, args, match):
     with pytest.raises(AnsibleFilterError, match=match):
         FILTERS[name](*args)
+
+
+def test_slurm_reboot_next_is_the_decision_and_names_itself_on_bad_input():
+    issued = {"flags": ["DRAIN", "REBOOT_ISSUED"], "state": "DOWN+DRAIN+REBOOT_ISSUED", "hold": "ours", "hold_why": None}
+    assert FILTERS["slurm_reboot_next"](False, asked=["slurm"], node=issued, bmc=True, waited=120)["action"] == "node"
+    with pytest.raises(AnsibleFilterError, match=r"gpufleet\.lifecycle\.slurm_reboot_next: asked must list"):
+        FILTERS["slurm_reboot_next"](False, asked=["ipmi"])
