@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import subprocess
@@ -136,6 +137,13 @@ def slurmd_args(name: str, conf: Path, *, rebooted: bool, time_namespace: bool =
     if rebooted and not time_namespace:
         args.append("-b")
     return args
+
+
+def registered_boot_time(register_at: float, clock_zero_at: float) -> int:
+    """The BootTime slurmctld records for a node whose slurmd registers at register_at (the controller's clock) and
+    whose CLOCK_BOOTTIME read 0 at clock_zero_at: now - up_time in whole seconds (job_mgr.c validate_jobs_on_node),
+    up_time from sysinfo(), which the kernel rounds up (tv_sec + (tv_nsec ? 1 : 0))."""
+    return math.floor(register_at) - math.ceil(register_at - clock_zero_at)
 
 
 def jobs_on(workdir: Path, node: str) -> list[str]:
