@@ -79,3 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, fleet.FleetError) as exc:
         sys.stderr.write(f"gpusim: {exc}\n")
         return 2
+    except RuntimeError as exc:  # a node that did not boot, a daemon that stalled: the message names it, with its log
+        message = str(exc)
+        sys.stderr.write(message if message.startswith("gpusim:") else f"gpusim: {message}")
+        sys.stderr.write("\n")
+        return 1

@@ -91,3 +91,15 @@ def test_a_boot_that_fails_says_so_with_its_log(tmp_path, monkeypatch):
     node, nd = _node_dir(tmp_path, "mount --bind /nonexistent-gpusim /nonexistent-gpusim-too\nexit 3", monkeypatch)
     with pytest.raises(RuntimeError, match=r"(?s)node n-01 failed to boot \(rc 3\).*mount --bind"):
         node.boot(nd, stall=5)
+
+
+def test_the_cli_says_why_a_bring_up_stalled_without_a_traceback(monkeypatch, capsys):
+    from gpusim import cli, fleet
+
+    def stalled(*_args, **_kwargs):
+        raise progress.Stalled("gpusim: node n-01's boot.sh: no progress for 120s; its log ends:\n+ /usr/sbin/sshd")
+
+    monkeypatch.setattr(fleet, "status", stalled)
+    assert cli.main(["status"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpusim: node n-01's boot.sh: no progress") and "+ /usr/sbin/sshd" in err and "Traceback" not in err
