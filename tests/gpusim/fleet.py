@@ -355,19 +355,24 @@ def down(workdir: Path = DEFAULT_WORKDIR, *, log=print) -> None:
     if pid is not None and _is_ours(pid, workdir, b"gpusim.bmc"):
         _stop_pid(pid)
     node_dirs = sorted(p for p in (workdir / "nodes").glob("*") if p.is_dir()) if (workdir / "nodes").exists() else []
-    # One pass kills every node (SIGKILL); repeat until no process of any node is left.
-    deadline = time.monotonic() + 20
-    while True:
+    # One pass kills every node (SIGKILL); repeat until no process of any node is left, for as long as some go.
+
+    def fleet_pids() -> list[int]:
         table = node.namespace_table()
-        pids = [pid for nd in node_dirs for pid in node.processes(nd, table)]
-        if not pids:
-            break
+        return [pid for nd in node_dirs for pid in node.processes(nd, table)]
+
+    def all_gone() -> bool:
+        pids = fleet_pids()
         for victim in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise FleetError(f"processes {pids} of the fleet survive SIGKILL")
-        time.sleep(0.05)
+        return not pids
+
+    try:
+        progress.wait(all_gone, progress=lambda: len(fleet_pids()), stall=DAEMON_STALL_S, interval=0.05,
+                      what="the fleet's processes after SIGKILL", missing=lambda: f"still there: {fleet_pids()}")
+    except progress.Stalled as stalled:
+        raise FleetError(str(stalled)) from None
     slurm.stop_controller(workdir)
     left = mounts_under(workdir)
     for point in reversed(left):

@@ -36,6 +36,8 @@ POWER_FILE = "power"  # up | rebooting | down
 OVERLAYS = ("/etc", "/var/lib", "/var/cache", "/var/tmp", "/var/log", "/opt", "/root")
 DISK = "disk"
 # overlayfs option values cannot hold these (',' and ':' separate options and lower layers).
+# Tries (0.1 s apart) to mount a node's disk whose previous mount is still going away.
+OVERLAY_TRIES = 600
 _OVERLAY_UNSAFE = (",", ":", "\\", "\n")
 
 
@@ -157,9 +159,12 @@ def overlay_mount_lines(node_dir: Path) -> list[str]:
     for target in OVERLAYS:
         upper, work = overlay_dirs(node_dir, target)
         options = f"lowerdir={target},upperdir={upper},workdir={work}"
-        # A reboot mounts the same upper again: the previous namespace's mount can take a moment to go.
+        # A reboot mounts the same upper again: the previous namespace's mount can take a moment to go, longer on a
+        # loaded machine (5 s was the limit before). Each try is a line in boot.log (set -x): progress, so node.boot
+        # keeps waiting; after OVERLAY_TRIES the boot fails saying which disk stayed busy.
         lines.append(f"if [ -d {q(target)} ]; then n=0; until mount -t overlay gpusim-disk -o {q(options)} {q(target)}; do "
-                     f"n=$((n+1)); [ $n -lt 50 ] || exit 1; sleep 0.1; done; fi")
+                     f"n=$((n+1)); [ $n -lt {OVERLAY_TRIES} ] || {{ echo {q('gpusim: the disk ' + target + ' stayed busy')}; exit 1; }}; "
+                     "sleep 0.1; done; fi")
     return lines
 
 
@@ -226,6 +231,9 @@ def boot_script(*, name: str, node_dir: Path, slurm_conf: Path, slurmd_args: lis
         # last line says where a boot that stopped moving was.
         "set -x",
         *overlay_mount_lines(node_dir),
+        # The mount point on the node's own disk (its /var/lib overlay): the controller's /var/lib/gpusim may be
+        # removed by another fleet's `down` while this node reboots (two test files run at once).
+        f"mkdir -p {NODE_MOUNT}",
         f"mount --bind {nd} {NODE_MOUNT}",
         f"mount --bind {nd}/bin /usr/local/bin",
         f"mount --bind {nd}/sbin /usr/local/sbin",

@@ -52,6 +52,16 @@ def test_boot_mounts_every_overlay_before_any_bind(tmp_path):
     assert any("/etc/slurm" in line for line in lines if "--bind" in line)
 
 
+def test_the_node_makes_its_own_mount_point_after_its_disk_and_before_the_bind(tmp_path):
+    """Another fleet's `down` may remove the controller's /var/lib/gpusim while this node reboots (two test files at
+    once): the node makes the mount point on its own /var/lib overlay before binding its folder there."""
+    lines = boot_lines(tmp_path)
+    made = lines.index(f"mkdir -p {node.NODE_MOUNT}")
+    bound = next(i for i, line in enumerate(lines) if "--bind" in line and line.endswith(f" {node.NODE_MOUNT}"))
+    var_lib = next(i for i, line in enumerate(lines) if "mount -t overlay" in line and "lowerdir=/var/lib," in line)
+    assert var_lib < made < bound
+
+
 def test_overlay_dirs_are_under_the_node_folder_one_per_target(tmp_path):
     dirs = {node.overlay_dirs(tmp_path, t) for t in node.OVERLAYS}
     assert len(dirs) == len(node.OVERLAYS)
