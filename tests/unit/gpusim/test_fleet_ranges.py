@@ -22,15 +22,17 @@ if str(TESTS) not in sys.path:
 from gpusim import spec  # noqa: E402
 
 # make demo's two specs share one range on purpose: make demo brings up one of them, never both, and no test runs them.
-SHARED = {frozenset({"gpusim/specs/demo-16.yml", "gpusim/specs/demo-rollout-24.yml"})}
+SHARED = {frozenset({"tests/gpusim/specs/demo-16.yml", "tests/gpusim/specs/demo-rollout-24.yml"})}
 INLINE_NODES = 20  # an inline spec of an integration test is assumed to hold at most this many nodes
 
 
 def fleets():
     """[(where, {node loopback}, {BMC loopback}, first Slurm port, last Slurm port)] of every spec in tests/."""
     out = []
-    for path in sorted(TESTS.rglob("*.yml")):
-        if "unit" in path.relative_to(TESTS).parts:
+    # The molecule scenarios' fleets (extensions/molecule/*/gpusim/fleet.yml) run from test_molecule.py beside the rest.
+    molecule = sorted((TESTS.parent / "extensions" / "molecule").glob("*/gpusim/*.yml"))
+    for path in [*sorted(TESTS.rglob("*.yml")), *molecule]:
+        if TESTS in path.parents and "unit" in path.relative_to(TESTS).parts:
             continue
         try:
             data = yaml.safe_load(path.read_text())
@@ -41,11 +43,14 @@ def fleets():
         fleet = spec.parse(data, str(path))
         nets = {octet(n.address) for n in fleet.nodes}
         bmcs = {octet(n.bmc_address) for n in fleet.nodes if n.bmc_address}
-        out.append((str(path.relative_to(TESTS)), nets, bmcs, fleet.slurm_port, fleet.slurm_port + 1 + len(fleet.nodes)))
-    for path in sorted((TESTS / "integration").glob("*.py")):  # YAML (loopback: 32) or a Python dict ("loopback": 121)
+        out.append((str(path.relative_to(TESTS.parent)), nets, bmcs, fleet.slurm_port, fleet.slurm_port + 1 + len(fleet.nodes)))
+    # YAML (loopback: 32), a Python dict ("loopback": 121), keywords (loopback=39) or extra vars (..._loopback=41, ...).
+    for path in sorted((TESTS / "integration").glob("*.py")):
         text = path.read_text()
-        for loopback, port in re.findall(r"""\bloopback["']?:\s*(\d+)\b.*?\bslurm_port["']?:\s*(\d+)""", text, re.S):
-            out.append((str(path.relative_to(TESTS)), {int(loopback)}, {int(loopback) + 100}, int(port), int(port) + 1 + INLINE_NODES))
+        for loopback, port in re.findall(r"""loopback["']?\s*[:=]\s*(\d+)\b.*?slurm_port["']?\s*[:=]\s*(\d+)""", text, re.S):
+            lo = int(loopback)
+            bmc = lo + 100 if lo + 100 <= 254 else lo - 100  # gpusim.spec's default BMC range
+            out.append((str(path.relative_to(TESTS.parent)), {lo}, {bmc}, int(port), int(port) + 1 + INLINE_NODES))
     return out
 
 
@@ -60,7 +65,10 @@ def shared(a, b):
 
 def test_the_specs_are_found():
     where = {f[0] for f in fleets()}
-    assert "fixtures/rollout/fleet-happy.yml" in where and any(w.startswith("integration/") for w in where), sorted(where)
+    assert "tests/fixtures/rollout/fleet-happy.yml" in where and any(w.startswith("tests/integration/") for w in where), sorted(where)
+    assert any(w.startswith("extensions/molecule/") for w in where), sorted(where)
+    # The inline specs of every form: a Python dict, keyword arguments, extra variables.
+    assert {"tests/integration/test_mitogen.py", "tests/integration/test_rehearsal.py"} <= where, sorted(where)
 
 
 def pairs():
