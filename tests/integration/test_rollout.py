@@ -249,13 +249,21 @@ def test_a_failing_canary_is_rolled_back_and_stops_the_rollout(fleet, happy, tmp
     report = report_json(happy["report"])
     canary = waves_of(report)[0][0]
     fleet.fault(canary, "xid79", gpu=1, when="upgrade")
+    # And Slurm loses the rollback's first reboot request (run 1 of issue 20: the rolled-back node of make demo went
+    # DOWN at ResumeTimeout): the rollout asks the node itself after gpufleet_reboot_start_timeout.
+    fleet.fault(canary, "reboot_lost", when="upgrade")
     others = [n for n in fleet.names if n not in (canary, "gpu-13")]
     before = {n: (fleet.state_file(n), fleet.node(n)) for n in others}
     bom = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
            "cuda": ["12.4"]}
-    done = fleet.upgrade(tmp_path / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_bom=bom, **SPREAD)
+    done = fleet.upgrade(tmp_path / "report", gpufleet_max_unavailable=MAX_UNAVAILABLE, gpufleet_waves=[3], gpufleet_bom=bom,
+                         gpufleet_reboot_start_timeout=15, **SPREAD)
     assert done.returncode != 0
     assert "the canary failed" in done.stdout and canary in done.stdout, done.stdout[-5000:]
+    supervisor_log = (fleet.workdir / "supervisor.log").read_text()
+    assert f"{canary}: Slurm's reboot request lost (fault reboot_lost)" in supervisor_log, supervisor_log[-3000:]
+    asked = [block for block in done.stdout.split("TASK [")[1:] if "Ask the node itself to reboot" in block.split("\n", 1)[0]]
+    assert any(f"changed: [{canary}]" in block for block in asked), done.stdout[-5000:]
     # Rolled back to the driver it ran before, validated, back in service.
     assert fleet.driver(canary) == NEW
     section = fleet.rollout_section(canary)

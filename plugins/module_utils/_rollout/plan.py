@@ -151,7 +151,12 @@ def _domains(hosts, hostvars, names):
 def _cap(max_unavailable, pool_size, unavailable, host_count, notes):
     """``(budget, cap)``: the budget resolved against the pool, and how many hosts one wave may hold (None: no budget)."""
     if isinstance(unavailable, (list, tuple)):
-        unavailable = len(unavailable)
+        # A node named twice is one node out of service, not two (a list merged from two sources).
+        names = [str(name) for name in unavailable]
+        unavailable = len(set(names))
+        if unavailable != len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            notes.append(f"unavailable names {', '.join(twice)} more than once: counted once")
     out = whole_count(unavailable, "unavailable", low=0)
     if max_unavailable is None:
         if out:

@@ -46,11 +46,16 @@ def node_measurements(nodes):
     if isinstance(nodes, dict):
         return {str(name): _measurements(entry) for name, entry in nodes.items()}
     if isinstance(nodes, (list, tuple)):
-        found = {}
-        for entry in nodes:
+        found, first = {}, {}
+        for index, entry in enumerate(nodes):
             if not isinstance(entry, dict) or "name" not in entry:
                 raise StragglerError("each node in a list needs a 'name' and its 'measurements' (or a gpu_validate 'result')")
-            found[str(entry["name"])] = _measurements(entry)
+            name = str(entry["name"])
+            if name in found:
+                # Keeping one of the two would hide the other's run (a slow one behind a fast one): refuse.
+                raise StragglerError(f"nodes[{index}]: node {name!r} is given twice (also nodes[{first[name]}]): give each node once")
+            first[name] = index
+            found[name] = _measurements(entry)
         return found
     raise StragglerError(f"expected a dict or list of nodes, not {type(nodes).__name__}")
 

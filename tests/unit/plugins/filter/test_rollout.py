@@ -146,6 +146,14 @@ def test_nodes_already_out_use_up_the_budget():
     assert wave_plan(hosts, hostvars, waves=["100%"], max_unavailable=5, unavailable=["a", "b", "c", "d"])["sizes"][1] == 1
 
 
+def test_a_node_named_twice_among_the_unavailable_is_one_node_out():
+    hosts, hostvars = fleet(50)
+    twice = wave_plan(hosts, hostvars, waves=["100%"], max_unavailable=5, unavailable=["gpu-05", "gpu-05", "gpu-07"])
+    once = wave_plan(hosts, hostvars, waves=["100%"], max_unavailable=5, unavailable=["gpu-05", "gpu-07"])
+    assert twice["sizes"] == once["sizes"] and twice["sizes"][1] == 3
+    assert any("gpu-05 more than once: counted once" in note for note in twice["notes"]), twice["notes"]
+
+
 def test_a_budget_used_up_is_refused_with_what_to_do():
     hosts, hostvars = fleet(10)
     with pytest.raises(AnsibleFilterError, match=r"budget of 2 unavailable nodes .* used up by 2 nodes already unavailable.*raise max_unavailable"):

@@ -37,3 +37,13 @@ def test_bad_arguments_are_refused_with_the_filter_name(kwargs, expected):
         find_stragglers(NODES, **kwargs)
     with pytest.raises(AnsibleFilterError, match=r"^gpufleet.lifecycle.stragglers: " + expected):
         stragglers(NODES, **kwargs)
+
+
+def test_a_node_given_twice_is_refused_not_hidden_behind_its_other_run():
+    # Keeping the last of two entries hid the slow run of gpu-03 behind its fast one.
+    nodes = [{"name": "gpu-01", "measurements": {"busbw_gbps": 400.0}}, {"name": "gpu-02", "measurements": {"busbw_gbps": 398.0}},
+             {"name": "gpu-03", "measurements": {"busbw_gbps": 200.0}}, {"name": "gpu-03", "measurements": {"busbw_gbps": 399.0}}]
+    with pytest.raises(StragglerError, match=r"nodes\[3\]: node 'gpu-03' is given twice \(also nodes\[2\]\): give each node once"):
+        find_stragglers(nodes)
+    with pytest.raises(AnsibleFilterError, match=r"^gpufleet.lifecycle.stragglers: nodes\[3\]: node 'gpu-03' is given twice"):
+        stragglers(nodes)
