@@ -30,8 +30,13 @@ def bmc_endpoints(hosts):
         port = host.get("bmc_port", 443)
         try:
             port = int(_text(port).strip() or 443)
+            if isinstance(host.get("bmc_port"), bool) or not 1 <= port <= 65535:
+                raise ValueError(port)
         except ValueError:
-            raise AnsibleFilterError(f"gpufleet.lifecycle.bmc_endpoints: {name}: bmc_port is {port!r}, not a port number") from None
+            # The value is never shown: two swapped variables put the BMC password there.
+            raise AnsibleFilterError(
+                f"gpufleet.lifecycle.bmc_endpoints: {name}: bmc_port is not a port number (1 to 65535); its value is not shown, "
+                "in case it is a secret: check the host's bmc_port") from None
         endpoints.append({"name": name, "address": address, "port": port, "user": user, "password": password})
     return endpoints
 

@@ -34,7 +34,8 @@ def test_hosts_with_all_three_credentials_are_kept_in_order():
         ("gpu-01", "the input is a str"),
         (["gpu-01"], "item 0 is a str, not a host's variables"),
         ([{"bmc_address": "10.0.0.1"}], "item 0 has no inventory_hostname"),
-        ([host("gpu-01", bmc_address="a", bmc_user="u", bmc_password="p", bmc_port="https")], "gpu-01: bmc_port is 'https', not a port number"),
+        ([host("gpu-01", bmc_address="a", bmc_user="u", bmc_password="p", bmc_port="https")], "gpu-01: bmc_port is not a port number"),
+        ([host("gpu-01", bmc_address="a", bmc_user="u", bmc_password="p", bmc_port=70000)], "gpu-01: bmc_port is not a port number"),
     ],
 )
 def test_bad_input_is_refused_with_the_item(hosts, message):
@@ -72,3 +73,11 @@ def test_audit_records_refuse_what_is_not_hostvars():
     with pytest.raises(AnsibleFilterError) as caught:
         audit_records([{"gpufleet_audit_gathered": {}}])
     assert "item 0 has no inventory_hostname" in str(caught.value)
+
+
+def test_a_bad_bmc_port_never_shows_its_value():
+    """bmc_port and bmc_password swapped: the error names the host and the variable, never the value (a secret)."""
+    secret = "S3cr3t-pa55!"
+    with pytest.raises(AnsibleFilterError) as refused:
+        bmc_endpoints([host("gpu-01", bmc_address="a", bmc_user="u", bmc_password="443", bmc_port=secret)])
+    assert "gpu-01: bmc_port" in str(refused.value) and secret not in str(refused.value)
