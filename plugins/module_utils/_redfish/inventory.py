@@ -210,6 +210,10 @@ class _Reader:
     def get(self, path):
         if time.monotonic() > self.deadline:
             raise _BmcError(f"{self.where} took longer than total_timeout over {self.requests} requests: the BMC is too slow; raise total_timeout")
+        # A link the BMC gave us is input: a path http.client cannot send (non-ASCII, control characters, spaces) is
+        # this BMC's error, not a traceback for the whole fleet.
+        if not isinstance(path, str) or not path.startswith("/") or not path.isascii() or any(ord(c) <= 32 or ord(c) == 127 for c in path):
+            raise _BmcError(f"{self.where}: the BMC gave a link that is not a plain ASCII path ({path!r:.120}): not a Redfish service this module reads")
         reused = self.conn is not None
         try:
             try:
@@ -241,6 +245,10 @@ class _Reader:
             raise _BmcError(f"{self.where}: GET {path} answered more than {MAX_BODY} bytes: not a Redfish resource this module reads")
         try:
             doc = json.loads(body.decode("utf-8")) if body else None
+        except RecursionError:
+            doc = None
+            if status == 200:
+                raise _BmcError(f"{self.where}: GET {path} answered HTTP 200 with JSON nested too deeply to read: not a Redfish resource") from None
         except (UnicodeDecodeError, ValueError):
             doc = None
             if status == 200:

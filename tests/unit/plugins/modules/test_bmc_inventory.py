@@ -191,6 +191,40 @@ def test_a_member_link_to_another_host_is_refused(fleet, monkeypatch):
     assert "Members[1] is '//evil.example/steal', not a path on this BMC" in got["error"]
 
 
+def test_a_bmc_answering_json_nested_too_deeply_is_that_bmcs_error_and_the_others_are_read(fleet, monkeypatch):
+    """200 kB of JSON nested 100,000 deep (under the size cap) ended the whole fleet's task with a RecursionError."""
+    f = fleet("gpu-01", "gpu-02")
+    real = inventory._Reader._exchange
+
+    def exchange(self, path):
+        if self.bmc["name"] == "gpu-01" and path == "/redfish/v1/":
+            return 200, b"[" * 100_000 + b"]" * 100_000
+        return real(self, path)
+
+    monkeypatch.setattr(inventory._Reader, "_exchange", exchange)
+    got = inventory.run(params([f.bmc("gpu-01"), f.bmc("gpu-02")], validate_certs=False))["inventories"]
+    assert "nested too deeply to read" in got["gpu-01"]["error"], got["gpu-01"]
+    assert "error" not in got["gpu-02"] and {e["Id"]: e["Version"] for e in got["gpu-02"]["entries"]} == f.expected("gpu-02")
+
+
+@pytest.mark.parametrize("link", ["/redfish/v1/UpdateService/FirmwareInventory/GPU_\u00e9", "/redfish/v1/\u0430bc"])
+def test_a_member_link_http_cannot_send_is_that_bmcs_error(fleet, monkeypatch, link):
+    """A non-ASCII character in a member link ended the fleet's task with http.client's UnicodeEncodeError."""
+    f = fleet("gpu-01", "gpu-02")
+    real = inventory._Reader.get
+
+    def get(self, path):
+        doc = real(self, path)
+        if self.bmc["name"] == "gpu-01" and path.endswith("/FirmwareInventory") and isinstance(doc.get("Members"), list):
+            doc["Members"][1] = {"@odata.id": link}
+        return doc
+
+    monkeypatch.setattr(inventory._Reader, "get", get)
+    got = inventory.run(params([f.bmc("gpu-01"), f.bmc("gpu-02")], validate_certs=False, expand=False))["inventories"]
+    assert "not a plain ASCII path" in got["gpu-01"]["error"] and "nothing else was read" not in got["gpu-01"]["error"], got["gpu-01"]
+    assert "error" not in got["gpu-02"], got["gpu-02"]
+
+
 # What OpenBMC's bmcweb advertises when built with $expand (insecure-enable-redfish-query).
 BMCWEB_EXPAND = {"ExpandAll": True, "Levels": True, "Links": True, "NoLinks": True, "MaxLevels": 6}
 
