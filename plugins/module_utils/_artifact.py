@@ -32,7 +32,12 @@ SECRET_QUERY_NAMES = frozenset(
     )
 )
 _SECRET_QUERY_PART = re.compile(r"signature|credential|token|secret|passw", re.IGNORECASE)
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# A URL in free text: a scheme ([A-Za-z][A-Za-z0-9+.-]*), "://", then anything but space, quotes and angle brackets.
+# Found by sub_urls in linear time: the regex with the scheme in front backtracked over every long run of letters
+# (a hex dump in a message: 16x the time for 4x the text).
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_URL_REST = re.compile(r"[^\s'\"<>]+")
 _URL_SCHEME = re.compile(r"(?:https?|ftp)://.*", re.IGNORECASE | re.DOTALL)
 _SHA256 = re.compile(r"(?:sha256:)?([0-9a-fA-F]{64})")
 
@@ -61,9 +66,37 @@ def redact_url(url):
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def sub_urls(text, replace):
+    """``text`` with each URL in it replaced by ``replace(url)``, in time linear in the text.
+
+    The same URLs as ``re.sub(r"[A-Za-z][A-Za-z0-9+.-]*://[^\\s'\"<>]+", ...)`` finds, left to right and without
+    overlap: each "://" is found once, its scheme by walking back over scheme characters (never past the previous
+    URL or "://"), the scheme starting at the first letter of that run.
+    """
+    out, done, pos = [], 0, 0
+    while True:
+        colon = text.find("://", pos)
+        if colon < 0:
+            break
+        start = colon
+        while start > done and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < colon and text[start] not in _LETTERS:
+            start += 1
+        rest = _URL_REST.match(text, colon + 3)
+        if start == colon or rest is None:
+            pos = colon + 1
+            continue
+        out.append(text[done:start])
+        out.append(replace(text[start:rest.end()]))
+        done = pos = rest.end()
+    out.append(text[done:])
+    return "".join(out)
+
+
 def redact_urls_in(text):
     """``text`` with every URL in it passed through :func:`redact_url` (messages of the HTTP client)."""
-    return _URL.sub(lambda match: redact_url(match.group(0)), str(text or ""))
+    return sub_urls(str(text or ""), redact_url)
 
 
 def secret_in_url(url):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import redact_url, secret_in_url
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import redact_url, secret_in_url, sub_urls
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 PHASES = ("preflight", "admission", "drain", "nic_firmware", "gpu_firmware", "driver", "activate", "validate", "resume", "soak", "rollback")
@@ -28,7 +28,6 @@ VERSION_KEYS = ("driver", "fabricmanager", "gpu_firmware", "nic_firmware")
 # A node's name is also its evidence file's name (DEST/nodes/<node>.json): a plain file name.
 NODE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 _COMPONENT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 REDACTED = "********"
 
 RECORD_KEYS = {
@@ -222,15 +221,14 @@ def validate_records(records, rollout_id):
 
 
 def _redact_text(text, secrets, found):
-    def one(match):
-        url = match.group(0)
+    def one(url):
         if secret_in_url(url):
             found.append(True)
             return redact_url(url)
         return url
 
     if "://" in text:
-        text = _URL.sub(one, text)
+        text = sub_urls(text, one)
     for secret in secrets:
         if secret in text:
             found.append(True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import random
+import re
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact
@@ -177,3 +179,24 @@ def test_fetch_into_a_folder_that_does_not_exist_is_an_error_not_a_traceback(tmp
     _fake_fetch(monkeypatch, _Body(b"image"), {"status": 200, "msg": "OK"})
     with pytest.raises(ArtifactError, match=r"^cannot download https://artifacts\.example\.com/fw/image\.fwpkg into .*/missing: "):
         fetch(_Module(), URL, str(tmp_path / "missing" / "image.fwpkg"), "0" * 64)
+
+
+# The pattern sub_urls replaces (quadratic on long runs of letters), as the reference of what a URL in text is.
+_OLD_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+@pytest.mark.parametrize("text", [
+    "", "no url here", "see https://u:p@host/x?sig=1 and ftp://a/b", "9http://x", "ab1http://x", "a://", "://x", "http://",
+    "x https://a://b y", "'http://a' \"s3://b\"<c://d>", "a+b.c-d://e", "+http://x", "..http://a.b", "http://a\nhttp://b",
+    "deadbeef" * 8 + "://x", "a://b://c://d", "é http://x", "A1://b http :// c",
+])
+def test_sub_urls_finds_what_the_old_pattern_found(text):
+    assert _artifact.sub_urls(text, lambda url: f"<{url}>") == _OLD_URL.sub(lambda m: f"<{m.group(0)}>", text)
+
+
+def test_sub_urls_agrees_with_the_old_pattern_on_random_text():
+    rng = random.Random(7)  # noqa: S311 - test data, not a secret
+    alphabet = "ab9+.-:/ @'\"<>\n"
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        assert _artifact.sub_urls(text, lambda url: f"<{url}>") == _OLD_URL.sub(lambda m: f"<{m.group(0)}>", text), repr(text)
