@@ -22,6 +22,8 @@ description:
     the module runs it with C(http_proxy) set to an address that cannot resolve and C(no_proxy) cleared, so that no plain-HTTP
     request leaves the host. The HTTPS proxy variables are cleared too, since nvfwupd talks to the BMC directly.
   - nvfwupd exits 0 with C(-j) even when it cannot connect; the module judges the JSON document (C(Error Code)), never the exit status alone.
+  - Output that cannot be read (JSON nested too deeply included) fails naming the nvfwupd command and what to do; a C(show_version) that
+    lists one component twice with different versions fails before anything is flashed (a row repeated as it was counts once).
   - New firmware is staged; RV(activation_required) says which resets activate it. O(state=record) writes RV(state_record) into the
     node state file (run it on the node, as the role does).
 author:
@@ -113,7 +115,9 @@ options:
     type: path
     default: /etc/ansible/facts.d/gpufleet.fact
   rollout_id:
-    description: The rollout this change belongs to (recorded in RV(state_record)).
+    description:
+      - The rollout this change belongs to (recorded in RV(state_record)); letters, digits, C(.), C(_) and C(-), 1 to 64.
+        Anything else (a trailing newline included) fails before anything runs.
     type: str
 """
 
@@ -206,9 +210,12 @@ state_record:
   description:
     - What happened, for O(state=record) on the node (component, action, result V(ok), V(partial), V(failed) or V(planned),
       versions, finished and unfinished components).
+    - C(task_ids) are the BMC's update tasks; C(task_result) is the last known status of the update (V(done), V(failed), V(running)
+      when O(timeout) ran out, V(unknown) when nvfwupd's answer could not be read after C(update_fw) ran, null when no update ran).
   returned: with O(state=present), also on failure
   type: dict
-  sample: {component: gpu_firmware, action: update, result: ok, package_version: HGX-24.04-2, finished: [HGX_FW_BMC_0], unfinished: []}
+  sample: {component: gpu_firmware, action: update, result: ok, package_version: HGX-24.04-2, finished: [HGX_FW_BMC_0], unfinished: [],
+           task_ids: ["0"], task_result: done}
 components:
   description: With O(state=query), every firmware component the BMC lists.
   returned: with O(state=query)

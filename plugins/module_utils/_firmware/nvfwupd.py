@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifac
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd_plan
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvfwupd as parsers
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Nvfwupd, ToolError, check_timeout
 
 COMPONENT = "gpu_firmware"
@@ -36,11 +37,25 @@ FORCE_UPDATE_TIMEOUT = 120  # force_update disable runs after the update's deadl
 _HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _AP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # the rule of rollout_state, slurm_node and slurm_capacity
+# What reading a tool's output can raise besides a ParseError: json.loads raises RecursionError on deep nesting.
+UNREADABLE = (ValueError, UnicodeError, RecursionError)
 INVENTORY_URI = "/redfish/v1/UpdateService/FirmwareInventory/"
 
 
 class NvfwupdError(GpufleetError):
     """nvfwupd refused, could not reach the BMC, or the update failed."""
+
+
+class UnreadableOutput(NvfwupdError):
+    """nvfwupd printed what cannot be read (the caller adds what to do next)."""
+
+
+def check_rollout_id(value, option="rollout_id"):
+    """``value`` when it is a rollout id (the rollout modules' rule: no newline can reach a flash or the state file)."""
+    if value is not None and (not isinstance(value, str) or not ROLLOUT_ID.fullmatch(value)):
+        raise NvfwupdError(f"{option} {value!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option=option)
+    return value
 
 
 def _check_options(params):
@@ -60,7 +75,7 @@ def _check_options(params):
                 raise NvfwupdError(f"bmc.{key} must be a non-empty string without control characters (newlines, tabs): give the BMC account's {key}")
         port = bmc.get("port")
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise NvfwupdError(f"bmc.port must be a TCP port from 1 to 65535, got {port!r}")
+            raise NvfwupdError("bmc.port must be a TCP port from 1 to 65535 (its value is not shown, in case it is a secret): check bmc_port")
     if state == "present" and not params.get("package"):
         raise NvfwupdError("package is required with state=present: give the path of the .fwpkg file")
     package = params.get("package")
@@ -121,20 +136,39 @@ def private_config(bmc, targets):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _short(value):
+    """A JSON value of tool output as short text (whatever its type or depth)."""
+    if isinstance(value, str):
+        return value[:500]
+    try:
+        return json.dumps(value)[:500]
+    except UNREADABLE:
+        return f"(a {type(value).__name__} too deep to show)"
+
+
 def _json_error(text, what, bmc):
-    """Raise when nvfwupd's -j document reports an error (it exits 0 even when it cannot connect)."""
+    """Raise when nvfwupd's -j document reports an error (it exits 0 even when it cannot connect).
+
+    Returns the document, or None when the output is not one JSON document (the parser judges it);
+    ``UnreadableOutput`` when it is nested too deeply to read.
+    """
     try:
         document = json.loads(text)
-    except ValueError:
+    except RecursionError:
+        raise UnreadableOutput(f"nvfwupd {what} printed JSON nested too deeply to read") from None
+    except UNREADABLE:
         return None
     if isinstance(document, dict) and document.get("Error Code") not in (None, 0):
-        errors = document.get("Error") or []
+        errors = document.get("Error")
+        errors = [_short(e) for e in (errors if isinstance(errors, list) else [errors] if errors else [])]
+        code = document.get("Error Code")
+        code = code if isinstance(code, int) else _short(code)
         raise NvfwupdError(
-            f"nvfwupd {what} failed (Error Code {document.get('Error Code')}) against the BMC at {bmc['address']}:{bmc['port']}: "
-            f"{'; '.join(str(e) for e in errors)[:500] or 'no error text'}. Check that the BMC answers over HTTPS there and that "
+            f"nvfwupd {what} failed (Error Code {code}) against the BMC at {bmc['address']}:{bmc['port']}: "
+            f"{'; '.join(errors)[:500] or 'no error text'}. Check that the BMC answers over HTTPS there and that "
             "bmc.user and bmc.password are its account",
-            error_code=document.get("Error Code"),
-            errors=[str(e) for e in errors],
+            error_code=code,
+            errors=errors,
         )
     return document
 
@@ -149,6 +183,9 @@ class FirmwareUpdater:
         self.tool = None
         self.config = None
         self.force_update = {"enabled": False, "disabled_after": None}
+        self.task_ids = []
+        # The BMC task's last known status: None before update_fw, "unknown" from when it runs until nvfwupd's answer is read.
+        self.task_result = None
 
     # -- commands -------------------------------------------------------------------------------------
 
@@ -164,35 +201,83 @@ class FirmwareUpdater:
                     "does not answer (check that it is up, or raise timeout)"
                 )
             raise
-        _json_error(out, what, self.bmc)
+        try:
+            _json_error(out, what, self.bmc)
+        except UnreadableOutput as exc:
+            raise self._unreadable(str(exc), out, what) from None
         return out
+
+    def _next_step(self, what):
+        """What the user does after nvfwupd ``what`` printed what cannot be read, from what this run knows."""
+        if self.task_result in ("unknown", "running"):
+            return (
+                f"an update was started on the BMC at {self.bmc['address']} and its outcome is unknown: follow it with "
+                f"nvfwupd show_update_progress -i {' '.join(self.task_ids) or 'TASK_ID (see the BMC task list)'} and read the firmware "
+                "with nvfwupd show_version before running this again"
+            )
+        if self.task_result is not None:
+            return f"the BMC's update task ended {self.task_result}: read the firmware with nvfwupd show_version before running this again"
+        wanted = ", and run this again once it lists each component once with readable versions" if what == "show_version" else ""
+        return (
+            f"nothing was flashed. See what nvfwupd {what} -j prints against the BMC at {self.bmc['address']}{wanted} "
+            "(and check that nvfwupd_path is NVIDIA's nvfwupd)"
+        )
+
+    def _unreadable(self, why, text, what):
+        return NvfwupdError(f"{why}: {self._next_step(what)}", stdout=text[-4000:])
+
+    def _parse(self, parser, text, what):
+        """``parser(text)``; output it cannot read (deep nesting included) is an NvfwupdError that says what to do."""
+        try:
+            return parser(text)
+        except UNREADABLE as exc:
+            if isinstance(exc, ParseError):
+                why = str(exc)  # it names the tool and what was missing
+            elif isinstance(exc, RecursionError):
+                why = f"nvfwupd {what} printed JSON nested too deeply to read"
+            else:
+                why = f"nvfwupd {what} printed output that cannot be read ({str(exc)[:200]})"
+            raise self._unreadable(why, text, what) from None
 
     def _show_version(self):
         args = ["show_version", "-s", "-j"]
         if self.params.get("package"):
             args[1:1] = ["-p", self.params["package"]]
-        return parsers.parse_show_version_full(self._run(args, "show_version"))
+        return self._parse(parsers.parse_show_version_full, self._run(args, "show_version"), "show_version")
 
     def _force_update(self, action):
         return self._run(["force_update", action, "-j"], f"force_update {action}", timeout=FORCE_UPDATE_TIMEOUT)
 
     def _force_update_state(self):
-        document = json.loads(self._force_update("status"))
-        values = [o.get("HttpPushUriOptions", {}).get("ForceUpdate") for o in document.get("Output") or [] if isinstance(o, dict)]
+        text = self._force_update("status")
+        document = self._parse(json.loads, text, "force_update status")
+        outputs = document.get("Output") if isinstance(document, dict) else None
+        options = [o.get("HttpPushUriOptions") for o in outputs if isinstance(o, dict)] if isinstance(outputs, list) else []
+        values = [o.get("ForceUpdate") for o in options if isinstance(o, dict)]
         if len(values) != 1 or not isinstance(values[0], bool):
-            raise NvfwupdError("nvfwupd force_update status -j did not report HttpPushUriOptions.ForceUpdate as true or false", stdout=document)
+            raise NvfwupdError("nvfwupd force_update status -j did not report HttpPushUriOptions.ForceUpdate as true or false", stdout=text[-4000:])
         return values[0]
 
     # -- the update ----------------------------------------------------------------------------------
 
     def _flash(self):
-        started = parsers.parse_update_fw(self._run(["update_fw", "-p", self.params["package"], "-y", "-b", "-j"], "update_fw"))
+        self.task_result = "unknown"  # from here on the BMC may be flashing
+        try:
+            out = self._run(["update_fw", "-p", self.params["package"], "-y", "-b", "-j"], "update_fw")
+        except NvfwupdError as exc:
+            if exc.details.get("error_code") is not None:
+                self.task_result = "failed"  # nvfwupd's own Error Code: it says the update failed
+            raise
+        started = self._parse(parsers.parse_update_fw, out, "update_fw")
         task_ids = [t["task_id"] for t in started["tasks"] if t["task_id"] is not None]
         if started["status"] == "failed" or not task_ids:
+            self.task_result = "failed"
             raise NvfwupdError(f"nvfwupd update_fw started no update task: {'; '.join(started['errors']) or started['status']}", update=started)
         self.task_ids = task_ids
         while True:
-            progress = parsers.parse_update_progress(self._run(["show_update_progress", "-i", *task_ids, "-j"], "show_update_progress"))
+            out = self._run(["show_update_progress", "-i", *task_ids, "-j"], "show_update_progress")
+            progress = self._parse(parsers.parse_update_progress, out, "show_update_progress")
+            self.task_result = progress["status"]
             if progress["status"] != "running":
                 return progress
             if self.clock() + self.params["poll_interval"] >= self.deadline:
@@ -255,9 +340,12 @@ class FirmwareUpdater:
             "finished": finished,
             "unfinished": unfinished,
             "rollout_id": self.params.get("rollout_id"),
+            "task_ids": list(self.task_ids),
+            "task_result": self.task_result,
         }
 
     def run(self):
+        check_rollout_id(self.params.get("rollout_id"))  # before anything: it goes into state_record and the state file
         if self.params["state"] == "record":
             return record(self.params, self.module.check_mode)
         self.bmc = _check_options(self.params)
@@ -315,17 +403,17 @@ class FirmwareUpdater:
             result["commands_run"] = self.commands
             return result
         action = "downgrade" if downgrades else "update"
-        self.task_ids, progress, failure, self.force_update_failure = [], None, None, None
+        self.task_ids, self.task_result, progress, failure, self.force_update_failure = [], None, None, None, None
         try:
             progress = self._flash_with_force() if needs_force else self._flash()
         except (GpufleetError, ValueError) as exc:
             failure = exc
-        after_system = None
+        after_rows = []
         try:
-            after_system = self._show_version()
+            # the plan inside: a target that the read after the flash no longer lists is a failure with the record too
+            after_rows = nvfwupd_plan.plan(self._show_version()["components"], self.params.get("targets"))
         except (GpufleetError, ValueError) as exc:
             failure = failure or exc
-        after_rows = nvfwupd_plan.plan(after_system["components"], self.params.get("targets")) if after_system else []
         after_view = {r["component"]: {"installed": r["installed"], "staged": r["staged"]} for r in after_rows}
         finished, unfinished = self._outcome(rows, progress, [{"component": k, **v} for k, v in after_view.items()])
         if progress is not None and progress["status"] == "failed" and not unfinished:
@@ -380,6 +468,7 @@ def record(params, check_mode=False):
         raise NvfwupdError("record must be the state_record that an earlier nvfwupd call returned (component gpu_firmware)")
     if entry.get("action") not in RECORD_ACTIONS or entry.get("result") not in RECORD_RESULTS:
         raise NvfwupdError(f"record.action must be one of {', '.join(RECORD_ACTIONS)} and record.result one of {', '.join(RECORD_RESULTS)}")
+    check_rollout_id(entry.get("rollout_id"), "record.rollout_id")
     if entry["action"] == "none" or entry["result"] == "planned":
         return {"changed": False, "state_file": params["state_file"]}
     if check_mode:
@@ -400,6 +489,9 @@ def record(params, check_mode=False):
                 "unfinished": entry.get("unfinished") or [],
                 "before": entry.get("before"),
                 "after": entry.get("after"),
+                # which BMC task flashed, and its last known status ("unknown": started, outcome not read)
+                "task_ids": entry.get("task_ids") or [],
+                "task_result": entry.get("task_result"),
             },
         )
         if entry["result"] == "ok" and entry.get("package_version"):

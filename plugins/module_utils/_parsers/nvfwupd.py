@@ -237,11 +237,12 @@ def _systems_from_json(document):
 
 
 def _json_document(text):
-    """The JSON document nvfwupd -j printed (after a prompt line, maybe), or None.
+    """The JSON document nvfwupd -j printed (after a prompt line, maybe); ParseError naming the first failure.
 
     Decoded in place (no copy of the rest of the text per candidate line: that was quadratic).
     """
     read_until = 0  # a failed decode read up to here: a candidate before it is part of that broken text
+    first_failure = None
     for match in re.finditer(r"(?m)^[ \t]*[\[{]", text):
         if match.end() - 1 < read_until:
             continue
@@ -249,9 +250,36 @@ def _json_document(text):
             document, _end = json_document(text, "nvfwupd show_version -j", match.end() - 1)
         except JsonAt as exc:
             read_until = exc.end
+            first_failure = first_failure or exc
             continue
         return document
-    return None
+    if first_failure is not None:
+        raise ParseError(str(first_failure)) from None
+    raise ParseError("nvfwupd show_version -j: the JSON output does not parse")
+
+
+def _describe_row(component):
+    staged = f"Staged Version {component['staged_version']}, " if component["staged_version"] is not None else ""
+    up_to_date = {True: "Yes", False: "No"}.get(component["up_to_date"], "N/A")
+    return f"Sys Version {component['sys_version'] or 'N/A'}, {staged}Pkg Version {component['pkg_version'] or 'N/A'}, Up-To-Date {up_to_date}"
+
+
+def _once(components):
+    """Each component once: a row repeated as it was is counted once; the same AP Name with other
+    versions or another Up-To-Date is a ParseError (which one the system runs cannot be told)."""
+    seen = {}
+    kept = []
+    for component in components:
+        earlier = seen.get(component["ap"])
+        if earlier is None:
+            seen[component["ap"]] = component
+            kept.append(component)
+        elif earlier != component:
+            raise ParseError(
+                f"nvfwupd show_version lists {component['ap']} twice with different versions "
+                f"({_describe_row(earlier)}; and {_describe_row(component)}): which one the system runs cannot be told"
+            )
+    return kept
 
 
 def parse_show_version_systems(text):
@@ -264,16 +292,13 @@ def parse_show_version_systems(text):
     stripped = text.strip()
     systems = None
     if stripped.startswith(("{", "[")) or '"Firmware Devices"' in text:
-        document = _json_document(text)
-        if document is None:
-            raise ParseError("nvfwupd show_version -j: the JSON output does not parse")
-        systems = _systems_from_json(document)
+        systems = _systems_from_json(_json_document(text))
     else:
         systems = _systems_from_text(text)
     systems = [s for s in systems if s["table_seen"]]
     if not systems:
         raise ParseError("nvfwupd show_version: no 'Firmware Devices' table in the output")
-    return [{"system": s["system"], "components": s["components"]} for s in systems]
+    return [{"system": s["system"], "components": _once(s["components"])} for s in systems]
 
 
 def parse_show_version_full(text):
@@ -297,6 +322,7 @@ def parse_show_version(text):
     """``show_version [-p PKG...] [-s] [-j]`` -> ``[{"ap", "sys_version", "pkg_version",
     "staged_version", "up_to_date"}]``; N/A versions are None, Up-To-Date is True/False
     (None when not printed). Compare the versions: Up-To-Date alone is not reliable.
+    A component listed twice counts once when both rows are alike; otherwise it is a ParseError.
     """
     return parse_show_version_full(text)["components"]
 

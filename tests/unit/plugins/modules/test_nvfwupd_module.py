@@ -331,3 +331,122 @@ def test_force_update_enable_failing_still_disables(commands, env, run_module):
     assert ["force_update", "disable", "-j"] in argvs and ["force_update", "status", "-j"] in argvs
     assert ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"] not in argvs
     assert result["failed"] and "force_update enable failed" in result["msg"] and result["force_update"]["disabled_after"] is True
+
+
+# -- hostile content ---------------------------------------------------------------------------------
+
+ROLLOUT_ID_REFUSED = "rollout_id 'r1\\n' may hold only letters, digits, '.', '_' and '-' (1 to 64)"
+
+
+@pytest.mark.parametrize("state", ["present", "query"])
+def test_rollout_id_with_a_newline_is_refused_before_any_command(commands, env, run_module, state):
+    result = run_module(nvfwupd.main, args(env, rollout_id="r1\n", state=state))
+    assert result["failed"] and ROLLOUT_ID_REFUSED in result["msg"], result["msg"]
+    assert commands.calls == [] and not env["folder"].exists()
+
+
+def test_record_with_a_rollout_id_holding_a_newline_writes_nothing(commands, run_module, tmp_path):
+    path = tmp_path / "gpufleet.fact"
+    record = {"component": "gpu_firmware", "action": "update", "result": "ok", "package_version": "HGX-24.04-2", "rollout_id": "r1\n"}
+    result = run_module(nvfwupd.main, {"state": "record", "record": record, "state_file": str(path)})
+    assert result["failed"] and "record.rollout_id 'r1\\n' may hold only letters" in result["msg"], result["msg"]
+    assert not path.exists()
+    result = run_module(nvfwupd.main, {"state": "record", "record": dict(record, rollout_id="r1"), "state_file": str(path), "rollout_id": "r1\n"})
+    assert result["failed"] and ROLLOUT_ID_REFUSED in result["msg"] and not path.exists()
+
+
+def test_one_component_listed_twice_with_contradictory_versions_is_refused_before_update_fw(commands, env, run_module):
+    document = json.loads(show_version(OLD_GPU, NEW_GPU))
+    twin = dict(document["Firmware Devices"][2], **{"Sys Version": NEW_GPU, "Up-To-Date": "Yes"})
+    document["Firmware Devices"].append(twin)  # HGX_FW_GPU_SXM_1 at A5 (No) and at AF (Yes)
+    on_show(commands, env, json.dumps(document))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "HGX_FW_GPU_SXM_1" in result["msg"] and OLD_GPU in result["msg"] and NEW_GPU in result["msg"], result["msg"]
+    assert "nothing was flashed" in result["msg"].lower()
+    assert [c["argv"][4] for c in commands.calls] == ["show_version"]
+    assert not result.get("changed") and not env["folder"].exists()
+
+
+def test_one_component_listed_twice_alike_counts_once(commands, env, run_module):
+    document = json.loads(show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))
+    document["Firmware Devices"].append(dict(document["Firmware Devices"][2]))
+    on_show(commands, env, json.dumps(document))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["changed"] is False and [r["component"] for r in result["plan"]] == ["HGX_FW_BMC_0", "HGX_FW_GPU_SXM_1", "HGX_FW_GPU_SXM_2"]
+
+
+DEEP = "[" * 100000 + "]" * 100000
+
+
+def _two_show_versions(commands, env, before, after):
+    """show_version answers ``before``, then ``after`` (the read after the update)."""
+    responses = iter([before, after])
+    key = tuple(cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"))
+    original = commands.run_command
+
+    def run_command(module, argv, **kwargs):
+        if tuple(argv[3:]) == key:
+            commands.responses[key] = (0, next(responses), "")
+        return original(module, argv, **kwargs)
+
+    commands.run_command = run_command
+
+
+def test_deeply_nested_progress_fails_clearly_with_the_record_of_an_unknown_outcome(commands, env, run_module, tmp_path):
+    _two_show_versions(commands, env, show_version(OLD_GPU, NEW_GPU), show_version(OLD_GPU, NEW_GPU))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=STARTED)
+    commands.on(cmd(env, "show_update_progress", "-i", "0", "-j"), stdout=DEEP)
+    result = run_module(nvfwupd.main, args(env, rollout_id="r1"))
+    assert result["failed"] and "show_update_progress" in result["msg"] and "nested too deeply" in result["msg"], result["msg"]
+    assert "nvfwupd show_update_progress -i 0" in result["msg"]  # what to do: follow the task that may still run
+    assert result["finished"] == [] and result["unfinished"] == ["HGX_FW_BMC_0", "HGX_FW_GPU_SXM_1", "HGX_FW_GPU_SXM_2"]
+    record = result["state_record"]
+    assert (record["action"], record["result"], record["task_ids"], record["task_result"]) == ("update", "failed", ["0"], "unknown")
+    assert not env["folder"].exists()
+    path = tmp_path / "gpufleet.fact"
+    assert run_module(nvfwupd.main, {"state": "record", "record": record, "state_file": str(path)})["changed"] is True
+    entry = load(str(path))["history"][-1]
+    assert (entry["component"], entry["action"], entry["result"], entry["rollout_id"]) == ("gpu_firmware", "update", "failed", "r1")
+    assert entry["details"]["task_ids"] == ["0"] and entry["details"]["task_result"] == "unknown"
+    assert "gpu_firmware" not in load(str(path)).get("last_known_good", {})
+
+
+def test_deeply_nested_update_fw_answer_fails_clearly_with_a_record(commands, env, run_module):
+    _two_show_versions(commands, env, show_version(OLD_GPU, NEW_GPU), show_version(OLD_GPU, NEW_GPU))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=DEEP)
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "update_fw" in result["msg"] and "nested too deeply" in result["msg"], result["msg"]
+    assert result["state_record"]["task_result"] == "unknown" and result["unfinished"]
+
+
+@pytest.mark.parametrize("stdout", [DEEP, '{"Firmware Devices": ' + DEEP + "}"])
+def test_deeply_nested_show_version_fails_clearly_before_anything_is_flashed(commands, env, run_module, stdout):
+    on_show(commands, env, stdout)
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "show_version" in result["msg"] and "nothing was flashed" in result["msg"].lower(), result["msg"]
+    assert len(commands.calls) == 1 and not env["folder"].exists()
+
+
+@pytest.mark.parametrize("status", [DEEP, "[]", '{"Output": [{"HttpPushUriOptions": "on"}]}', '{"Error Code": 1, "Error": 5}'])
+def test_unreadable_force_update_status_is_a_failure_not_a_crash(commands, env, run_module, status):
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    commands.on(cmd(env, "force_update", "enable", "-j"), stdout=force_status(True))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=CONNECT_FAILED)
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=status)
+    result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
+    assert result["failed"] and "ForceUpdate could not be turned off again" in result["msg"], result["msg"]
+    assert result["force_update"]["disabled_after"] is False and "state_record" in result
+
+
+def test_a_target_missing_from_the_read_after_the_flash_still_returns_the_record(commands, env, run_module):
+    after = json.loads(show_version(OLD_GPU, NEW_GPU))
+    after["Firmware Devices"] = [r for r in after["Firmware Devices"] if r["AP Name"] != "HGX_FW_GPU_SXM_1"]
+    _two_show_versions(commands, env, show_version(OLD_GPU, NEW_GPU), json.dumps(after))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=STARTED)
+    done = [msg("Update.1.0.UpdateSuccessful", "HGX_FW_GPU_SXM_1", "image.fwpkg")]
+    commands.on(cmd(env, "show_update_progress", "-i", "0", "-j"), stdout=task("0", "Completed", done))
+    result = run_module(nvfwupd.main, args(env, targets=["HGX_FW_GPU_SXM_1"]))
+    assert result["failed"] and "HGX_FW_GPU_SXM_1 are not components" in result["msg"], result["msg"]
+    assert result["unfinished"] == ["HGX_FW_GPU_SXM_1"] and result["finished"] == []
+    assert result["state_record"]["result"] == "failed" and result["state_record"]["task_result"] == "done"

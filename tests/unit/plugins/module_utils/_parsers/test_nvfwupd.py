@@ -369,3 +369,57 @@ def test_update_fw_odd_json_is_a_parse_error(document):
 def test_update_fw_deep_json_is_a_parse_error():
     with pytest.raises(ParseError, match="nvfwupd update_fw"):
         nvfwupd.parse_update_fw('{"Output": ' * 3000 + "[]" + "}" * 3000)
+
+
+# One component listed twice: the same row counts once; contradictory rows are an error, in both forms.
+_TWICE_TABLE = (
+    "System Model: NVIDIA HGX H100 80GB HBM3 8-GPU\nFirmware Devices:\n"
+    "AP Name              Sys Version        Pkg Version        Up-To-Date\n"
+    "-------              -----------        -----------        ----------\n"
+    "HGX_FW_BMC_0         HGX-24.04-2        HGX-24.04-2        Yes\n"
+    "HGX_FW_GPU_SXM_1     96.00.A5.00.01     96.00.AF.00.01     No\n"
+    "HGX_FW_GPU_SXM_1     {second}     96.00.AF.00.01     {up}\n"
+    "-----------------------------------------------------------------------\n"
+    "Error Code: 0\n"
+)
+
+
+def _twice_json(second, up):
+    rows = [
+        {"AP Name": "HGX_FW_BMC_0", "Sys Version": "HGX-24.04-2", "Pkg Version": "HGX-24.04-2", "Up-To-Date": "Yes"},
+        {"AP Name": "HGX_FW_GPU_SXM_1", "Sys Version": "96.00.A5.00.01", "Pkg Version": "96.00.AF.00.01", "Up-To-Date": "No"},
+        {"AP Name": "HGX_FW_GPU_SXM_1", "Sys Version": second, "Pkg Version": "96.00.AF.00.01", "Up-To-Date": up},
+    ]
+    return json.dumps({"Error Code": 0, "System Model": "NVIDIA HGX H100 80GB HBM3 8-GPU", "Firmware Devices": rows})
+
+
+_TWICE = [lambda second, up: _TWICE_TABLE.format(second=second, up=up), _twice_json]
+
+
+@pytest.mark.parametrize("form", _TWICE, ids=["table", "json"])
+def test_show_version_component_listed_twice_with_other_versions_is_an_error(form):
+    with pytest.raises(ParseError, match="nvfwupd show_version") as caught:
+        nvfwupd.parse_show_version(form("96.00.AF.00.01", "Yes"))
+    message = str(caught.value)
+    assert "HGX_FW_GPU_SXM_1" in message and "96.00.A5.00.01" in message and "96.00.AF.00.01" in message and "twice" in message
+    with pytest.raises(ParseError, match="HGX_FW_GPU_SXM_1"):  # same version, another Up-To-Date: contradictory too
+        nvfwupd.parse_show_version(form("96.00.A5.00.01", "Yes"))
+
+
+@pytest.mark.parametrize("form", _TWICE, ids=["table", "json"])
+def test_show_version_component_listed_twice_alike_counts_once(form):
+    components = nvfwupd.parse_show_version(form("96.00.A5.00.01", "No"))
+    assert [c["ap"] for c in components] == ["HGX_FW_BMC_0", "HGX_FW_GPU_SXM_1"]
+    assert components[1]["sys_version"] == "96.00.A5.00.01" and components[1]["up_to_date"] is False
+
+
+def test_show_version_same_component_on_two_systems_is_no_duplicate():
+    one = {"System Model": "A", "Firmware Devices": [{"AP Name": "X", "Sys Version": "1", "Pkg Version": "N/A", "Up-To-Date": "No"}]}
+    other = {"System Model": "B", "Firmware Devices": [{"AP Name": "X", "Sys Version": "2", "Pkg Version": "N/A", "Up-To-Date": "No"}]}
+    systems = nvfwupd.parse_show_version_systems(json.dumps([one, other]))
+    assert [s["components"][0]["sys_version"] for s in systems] == ["1", "2"]
+
+
+def test_show_version_nested_too_deeply_says_so():
+    with pytest.raises(ParseError, match=r"nvfwupd show_version -j: .*nested too deeply"):
+        nvfwupd.parse_show_version('{"Firmware Devices": ' + "[" * 100000 + "]" * 100000 + "}")
