@@ -212,7 +212,9 @@ class _Pool:
         open_values = {name: len(self.left[name]) for name in self.names}
         closed = set()
         picked = []
-        for bucket_value, groups in list(self.buckets.items()):
+        spent = []  # buckets emptied by this wave, removed after the walk (the walk stops at the first wave-full point:
+        # copying every bucket for every wave made waves of 1 over small domains quadratic)
+        for bucket_value, groups in self.buckets.items():
             if len(picked) >= size or any(count == 0 for count in open_values.values()):
                 break
             emptied = []
@@ -239,7 +241,9 @@ class _Pool:
             for key in emptied:
                 del groups[key]
             if not groups:
-                del self.buckets[bucket_value]
+                spent.append(bucket_value)
+        for bucket_value in spent:
+            del self.buckets[bucket_value]
         self.size -= len(picked)
         picked.sort(key=self.index.__getitem__)
         return picked
