@@ -124,7 +124,7 @@ files:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import ReportFileError, write_reports
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.validation import EXTENSIONS, RENDERERS, build_report
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.validation import EXTENSIONS, RENDERERS, RecordError, build_report
 
 
 def main():
@@ -147,15 +147,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    for flag in params["stragglers"]:
-        missing = [key for key in ("name", "metric", "value", "median", "deficit_pct", "tolerance_pct") if key not in flag]
-        if missing:
-            module.fail_json(msg="stragglers: an entry lacks {}; pass the output of the gpufleet.lifecycle.stragglers filter".format(", ".join(missing)))
-    report = build_report(params["nodes"], params["expected_hosts"], params["stragglers"], title=params["title"], generated_at=params["generated_at"])
-    outputs = {fmt: (EXTENSIONS[fmt], RENDERERS[fmt](report)) for fmt in params["formats"]}
     try:
-        changed, files = write_reports(module, params["dest"], params["basename"], outputs)
-    except ReportFileError as exc:
+        report = build_report(params["nodes"], params["expected_hosts"], params["stragglers"], title=params["title"], generated_at=params["generated_at"])
+        # Every file is rendered, and every target read, before the first write: a refusal writes nothing.
+        outputs = {fmt: (EXTENSIONS[fmt], RENDERERS[fmt](report)) for fmt in params["formats"]}
+        changed, files = write_reports(module, params["dest"], params["basename"], outputs, last="json")
+    except (RecordError, ReportFileError) as exc:
         module.fail_json(**exc.fail_kwargs())
     module.exit_json(changed=changed, report=report, files=files)
 

@@ -106,21 +106,37 @@ def _replace(module, path, data, mode):
         raise
 
 
+def _planned(path, content):
+    """``(path, data, mode)`` to write at ``path``, or None when ``content`` is there already.
+
+    ReportFileError when ``path`` is not a regular file (a symbolic link counts as no report) or cannot be read. A lone
+    surrogate (a broken escape in a task's arguments) is written as ``\\udxxx``: it has no UTF-8 form.
+    """
+    data = content.encode("utf-8", "backslashreplace")
+    current, mode = _current(path, len(data))
+    if current == data:
+        return None
+    return path, data, _default_mode() if mode is None else mode
+
+
+def _write(module, path, data, mode):
+    try:
+        _replace(module, path, data, mode)
+    except OSError as exc:
+        raise ReportFileError(f"cannot write the report {path}: {exc}", path) from exc
+
+
 def write_if_changed(module, path, content):
     """Write ``content`` to ``path`` unless it is already there; honours check mode. Returns changed.
 
     ReportFileError when ``path`` is not a regular file (a symbolic link is replaced, not followed)
     or cannot be written; the old report is then untouched.
     """
-    data = content.encode("utf-8")
-    current, mode = _current(path, len(data))
-    if current == data:
+    planned = _planned(path, content)
+    if planned is None:
         return False
     if not module.check_mode:
-        try:
-            _replace(module, path, data, _default_mode() if mode is None else mode)
-        except OSError as exc:
-            raise ReportFileError(f"cannot write the report {path}: {exc}", path) from exc
+        _write(module, *planned)
     return True
 
 
@@ -141,10 +157,12 @@ def ensure_folder(module, dest, follow_link=True):
             raise ReportFileError(f"cannot create the report folder dest {dest}: {exc}", dest) from exc
 
 
-def write_reports(module, dest, basename, outputs):
+def write_reports(module, dest, basename, outputs, last=None):
     """``outputs``: ``{format: (extension, content)}``. Returns ``(changed, {format: path})``.
 
-    Creates ``dest`` when missing (not in check mode); ReportFileError when it is not a folder.
+    Creates ``dest`` when missing (not in check mode); ReportFileError when it is not a folder. Every file is read
+    before the first is written, so that a refusal (a directory where a report goes) writes none of them; ``last``
+    (the top-level report, which tools read) is written after the others, so that a new one means they are new too.
     """
     if not isinstance(basename, str) or not _BASENAME.fullmatch(basename):
         raise ReportFileError(
@@ -154,12 +172,17 @@ def write_reports(module, dest, basename, outputs):
         )
     ensure_folder(module, dest)
     files = {}
-    changed = False
+    pending = []
     for fmt, (extension, content) in outputs.items():
         path = os.path.join(dest, f"{basename}.{extension}")
         files[fmt] = path
-        changed |= write_if_changed(module, path, content)
-    return changed, files
+        planned = _planned(path, content)
+        if planned is not None:
+            pending.append((fmt == last, planned))
+    if not module.check_mode:
+        for _is_last, planned in sorted(pending, key=lambda item: item[0]):
+            _write(module, *planned)
+    return bool(pending), files
 
 
 class ControllerFiles:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import INBAND_GPU_FIRMWARE, drift_summary, node_drift, sku_mixed_versions
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import _Checker
 
 REPORT_VERSION = 1
 
@@ -37,6 +38,90 @@ def report_facts(facts):
     return cut
 
 
+TEXT, FLAG, COUNT = "a string", "true or false", "a whole number"
+_IS = {TEXT: lambda v: isinstance(v, str), FLAG: lambda v: isinstance(v, bool), COUNT: lambda v: isinstance(v, int) and not isinstance(v, bool)}
+# The facts the report reads, and what each must be (null is always allowed: not read). Any other fact is not read.
+FACT_FIELDS = {"kernel": TEXT, "nvidia_smi": TEXT, "nvidia_smi_message": TEXT, "gpu_count": COUNT, "pci_gpu_count": COUNT}
+FACT_SECTIONS = {
+    "driver": {"version": TEXT, "flavor": TEXT, "installed": FLAG, "loaded": FLAG},
+    "fabricmanager": {"version": TEXT, "installed": FLAG, "running": FLAG},
+    "nvswitch": {"present": FLAG, "count": COUNT},
+}
+FACT_LISTS = {
+    "gpus": {"index": COUNT, "name": TEXT, **{fact: TEXT for _key, _component, fact, _what in INBAND_GPU_FIRMWARE}},
+    "nics": {"pci": TEXT, "type": TEXT, "psid": TEXT, "part_number": TEXT, "fw_current": TEXT, "status": TEXT, "query_failed": FLAG},
+}
+
+
+BMC_FIX = "pass the node's entry of bmc_inventory's inventories as registered (docs/audit.md)"
+
+
+class _Record(_Checker):
+    """rollout_records' checker for ``nodes[index]``: the error names the entry, the node and the field."""
+
+    def __init__(self, node, index):
+        super().__init__(node, index)
+        self.where = f"nodes[{index}]" + (f" (node {node})" if node else "")
+
+    def fail(self, field, what, fix="pass each node's gpu_facts as registered (the gpufleet.lifecycle.audit_records filter; docs/audit.md)"):
+        super().fail(field, what, fix)
+
+    def mapping(self, value, field):
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(field, f"must be a mapping, not {type(value).__name__}")
+        return value
+
+    def mappings(self, value, field):
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.fail(field, f"must be a list, not {type(value).__name__}")
+        for index, item in enumerate(value):
+            if not isinstance(item, Mapping):
+                self.fail(f"{field}[{index}]", f"must be a mapping, not {type(item).__name__}")
+        return value
+
+    def fields(self, value, kinds, field, **fix):
+        for key, kind in kinds.items():
+            if value.get(key) is not None and not _IS[kind](value[key]):
+                self.fail(f"{field}{key}", f"must be {kind} or null, not {type(value[key]).__name__}", **fix)
+
+
+def validate_records(records):
+    """RecordError naming the entry, the node and the field of the first record whose facts or BMC inventory the report
+    cannot read (a string where gpu_facts gives a mapping, a number where it gives a version), or of a node given twice."""
+    first = {}
+    for index, record in enumerate(records):
+        name = record.get("name") if isinstance(record, Mapping) else None
+        check = _Record(name if isinstance(name, str) else None, index)
+        if not isinstance(record, Mapping):
+            check.fail("the entry", f"must be a mapping with name and facts, not {type(record).__name__}")
+        check.text(name, "name", optional=False)
+        if name in first:
+            # Counting both would count the node twice; keeping one would hide the other's facts: refuse.
+            check.fail("name", f"{name!r} is given twice (also nodes[{first[name]}])", "give each node once")
+        first[name] = index
+        check.fields(record, {"sku": TEXT, "error": TEXT}, "")
+        bmc = check.mapping(record.get("bmc"), "bmc")
+        if bmc.get("entries") is not None and not isinstance(bmc["entries"], list):
+            check.fail("bmc.entries", f"must be a list of firmware inventory members, not {type(bmc['entries']).__name__}", BMC_FIX)
+        check.fields(bmc, {"error": TEXT}, "bmc.", fix=BMC_FIX)
+        if record.get("error"):
+            continue  # its facts are not read
+        facts = check.mapping(record.get("facts"), "facts")
+        check.fields(facts, FACT_FIELDS, "facts.")
+        for section, kinds in FACT_SECTIONS.items():
+            check.fields(check.mapping(facts.get(section), f"facts.{section}"), kinds, f"facts.{section}.")
+        for section, kinds in FACT_LISTS.items():
+            for i, item in enumerate(check.mappings(facts.get(section), f"facts.{section}")):
+                check.fields(item, kinds, f"facts.{section}[{i}].")
+        critical = check.mapping(facts.get("xid"), "facts.xid").get("critical")
+        if critical is not None and (not isinstance(critical, list) or not all(_IS[COUNT](code) for code in critical)):
+            check.fail("facts.xid.critical", "must be a list of Xid codes (whole numbers)")
+
+
 REDACTED = "********"
 
 
@@ -49,7 +134,7 @@ def _redact(value, secrets):
             value = value.replace(secret, REDACTED)
         return value
     if isinstance(value, dict):
-        return {key: _redact(item, secrets) for key, item in value.items()}
+        return {_redact(key, secrets): _redact(item, secrets) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_redact(item, secrets) for item in value]
     return value
@@ -93,10 +178,13 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
 
     ``bmc`` is what the node's BMC firmware inventory gave (see ``_bom.node_drift``); absent or None when no BMC
     credentials were set. Nodes in ``expected_hosts`` without a record are reported as unreachable. Every string in
-    ``secrets`` (BMC passwords) is replaced by ``********`` wherever a record holds it.
+    ``secrets`` (BMC passwords) is replaced by ``********`` wherever a record, the title or a host name holds it.
+    RecordError (nothing to write) names the record and the field that the report cannot read, or a node given twice.
     """
+    validate_records(records)
     secrets = sorted({s for s in secrets or [] if isinstance(s, str) and s}, key=len, reverse=True)
     records = [_redact(record, secrets) for record in records]  # once: the nodes and the SKU spread read the same copy
+    title, generated_at, expected_hosts = _redact([title, generated_at, list(expected_hosts or [])], secrets)
     nodes = []
     for record in sorted(records, key=lambda r: r["name"]):
         if record.get("error"):

@@ -43,11 +43,17 @@ ARGUMENT_SPEC = dict(
 
 def run(params, files):
     """``{"changed", "report", "files"}`` for validated ``params``; ``files`` is what writes them (an AnsibleModule, or
-    ``files.ControllerFiles`` in an action plugin). GpufleetError for a refusal: nothing is written then."""
+    ``files.ControllerFiles`` in an action plugin). GpufleetError for a refusal (a record the report cannot read, a node
+    given twice, a bad BOM, a directory where a report goes): nothing is written then."""
     inventories = params["bmc_inventories"]
     for name, value in inventories.items():
         if not isinstance(value, dict):
             raise GpufleetError(f"bmc_inventories[{name!r}] is a {type(value).__name__}: give bmc_inventory's inventories as registered (a dict per node)")
+        for key, kind in (("entries", list), ("error", str)):
+            if value.get(key) is not None and not isinstance(value[key], kind):
+                raise GpufleetError(
+                    f"bmc_inventories[{name!r}].{key} is a {type(value[key]).__name__}, not a {kind.__name__}: give bmc_inventory's inventories as registered"
+                )
     nodes = [node if node.get("bmc") is not None or node["name"] not in inventories else dict(node, bmc=inventories[node["name"]])
              for node in params["nodes"]]
     try:
@@ -56,6 +62,7 @@ def run(params, files):
         )
     except BomError as exc:
         raise GpufleetError(f"cannot compare the fleet with its BOM: {exc}. Fix gpufleet_bom in the SKU's group_vars.") from exc
+    # Every file is rendered, and every target read, before the first write: a refusal writes nothing.
     outputs = {fmt: (fmt, RENDERERS[fmt](report)) for fmt in params["formats"]}
-    changed, paths = write_reports(files, params["dest"], params["basename"], outputs)
+    changed, paths = write_reports(files, params["dest"], params["basename"], outputs, last="json")
     return {"changed": changed, "report": report, "files": paths}

@@ -8,11 +8,112 @@ from __future__ import annotations
 
 import html
 import json
+import math
+import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import STATUSES, overall_status, summarize
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import RecordError, _Checker
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, PASS, STATUSES, WARN, overall_status, summarize
 
 REPORT_VERSION = 1
+STRAGGLER_NUMBERS = ("value", "median", "deficit_pct", "tolerance_pct")
+# Characters XML 1.0 forbids even as references (ElementTree writes them as they are, and the file does not parse).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+class _Entry(_Checker):
+    """rollout_records' checker for one entry of ``nodes`` (or ``stragglers``): the error names the entry, the node and the field."""
+
+    def __init__(self, node, index, option="nodes"):
+        super().__init__(node, index)
+        self.where = f"{option}[{index}]" + (f" (node {node})" if node else "")
+        self.fix = (
+            "pass the output of the gpufleet.lifecycle.stragglers filter" if option == "stragglers"
+            else "pass each node's registered gpufleet.lifecycle.gpu_validate result (docs/gpu_validate.md)"
+        )
+
+    def fail(self, field, what, fix=None):
+        super().fail(field, what, fix or self.fix)
+
+    def mapping(self, value, field):
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(field, f"must be a mapping, not {type(value).__name__}")
+        return value
+
+    def number(self, value, field):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(field, f"must be a number, not {type(value).__name__}")
+        if not math.isfinite(value):
+            self.fail(field, f"is {value}: a finite number expected")
+        return value
+
+
+def _check_result(check, value, field):
+    """One check result of gpu_validate, with the keys a report reads (message, observed, expected) filled in."""
+    if not isinstance(value, dict):
+        check.fail(field, f"must be a mapping (a check result), not {type(value).__name__}")
+    for key in ("name", "status"):
+        if key not in value:
+            check.fail(f"{field}.{key}", f"is missing from {field} (required: name, status)")
+    return dict(
+        value,
+        name=check.text(value["name"], f"{field}.name", optional=False),
+        status=check.choice(value["status"], STATUSES, f"{field}.status"),
+        message=check.text(value.get("message"), f"{field}.message") or "",
+        observed=value.get("observed"),
+        expected=value.get("expected"),
+    )
+
+
+def validate_nodes(records):
+    """``records`` with each gpu_validate result checked and its checks completed; RecordError naming the entry, the
+    node and the field of the first that is not a gpu_validate result, or of a node given twice."""
+    out = []
+    first = {}
+    for index, record in enumerate(records):
+        name = record.get("name") if isinstance(record, dict) else None
+        check = _Entry(name if isinstance(name, str) else None, index)
+        if not isinstance(record, dict):
+            check.fail("the entry", f"must be a mapping with name and result, not {type(record).__name__}")
+        check.text(name, "name", optional=False)
+        if name in first:
+            # Counting both would count the node twice; keeping one would hide the other's run: refuse.
+            check.fail("name", f"{name!r} is given twice (also nodes[{first[name]}])", "give each node once")
+        first[name] = index
+        result = check.mapping(record.get("result"), "result")
+        checks = result.get("checks")
+        if checks is not None and not isinstance(checks, list):
+            check.fail("result.checks", f"must be a list of check results, not {type(checks).__name__}")
+        result = dict(
+            result,
+            checks=[_check_result(check, item, f"result.checks[{i}]") for i, item in enumerate(checks or [])],
+            status=None if result.get("status") is None else check.choice(result["status"], (PASS, WARN, FAIL), "result.status"),
+            level=check.text(result.get("level"), "result.level"),
+            summary=check.mapping(result.get("summary"), "result.summary"),
+            measurements=check.mapping(result.get("measurements"), "result.measurements"),
+            msg=check.text(result.get("msg"), "result.msg"),
+        )
+        out.append(dict(record, result=result))
+    return out
+
+
+def validate_stragglers(stragglers):
+    """The stragglers filter's flags, checked; RecordError naming the flag and the field of the first that is not one."""
+    for index, flag in enumerate(stragglers):
+        name = flag.get("name") if isinstance(flag, dict) else None
+        check = _Entry(name if isinstance(name, str) else None, index, option="stragglers")
+        if not isinstance(flag, dict):
+            check.fail("the entry", f"must be a mapping, not {type(flag).__name__}")
+        missing = [key for key in ("name", "metric", *STRAGGLER_NUMBERS) if key not in flag]
+        if missing:
+            check.fail(missing[0], "is missing: the entry lacks {}".format(", ".join(missing)))
+        check.text(flag["name"], "name", optional=False)
+        check.text(flag["metric"], "metric", optional=False)
+        for key in STRAGGLER_NUMBERS:
+            check.number(flag[key], key)
+    return stragglers
 
 
 def _compact(value):
@@ -25,9 +126,14 @@ def _compact(value):
 
 
 def build_report(records, expected_hosts=None, stragglers=None, title="GPU fleet validation", generated_at=None):
-    """``records``: ``[{"name", "result"}]`` with a gpu_validate result each; ``stragglers``: the stragglers filter's output."""
+    """``records``: ``[{"name", "result"}]`` with a gpu_validate result each; ``stragglers``: the stragglers filter's output.
+
+    RecordError (nothing to write) naming the entry and the field of one that is not that, or of a node given twice.
+    """
+    records = validate_nodes(records)
+    stragglers = validate_stragglers(stragglers or [])
     by_node = {}
-    for flag in stragglers or []:
+    for flag in stragglers:
         by_node.setdefault(flag["name"], []).append(flag)
     nodes = []
     for record in sorted(records, key=lambda r: r["name"]):
@@ -222,11 +328,19 @@ def render_junit(report):
         total["errors"] += 1
     for key, value in total.items():
         suites.set(key, str(value))
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    text = ET.tostring(suites, encoding="unicode")
+    # Only a message or a name can hold one (the markup has none): written as its escape, the file parses.
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + xml_text(text) + "\n"
+
+
+def xml_text(text):
+    """``text`` with each character that XML 1.0 forbids (the control characters but tab, newline and CR) written as its
+    Python escape: ``dcgmi: \\x1b[31mFAIL`` stays readable, and the file parses."""
+    return _NOT_XML.sub(lambda match: ascii(match.group())[1:-1], text)
 
 
 RENDERERS = {"json": render_json, "md": render_markdown, "html": render_html, "junit": render_junit}
 # File name extension of each format.
 EXTENSIONS = {"json": "json", "md": "md", "html": "html", "junit": "junit.xml"}
 
-__all__ = ["EXTENSIONS", "RENDERERS", "STATUSES", "build_report"]
+__all__ = ["EXTENSIONS", "RENDERERS", "STATUSES", "RecordError", "build_report", "xml_text"]

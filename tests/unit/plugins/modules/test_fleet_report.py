@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 
+import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.modules import fleet_report
 
 BOM = {"driver": {"version": "550.90.07"}, "gpu": {"count": 8}}
@@ -148,3 +150,98 @@ def test_a_bmc_inventory_that_is_not_a_dict_is_refused(tmp_path, run_module):
     assert result["failed"] is True
     assert result["msg"].startswith("bmc_inventories['gpu-001'] is a list")
     assert not (tmp_path / "reports").exists()
+
+
+def with_facts(**facts):
+    node = record("gpu-004")
+    node["facts"] = dict(node["facts"], **facts)
+    return node
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        (with_facts(driver="550.90.07"), "nodes[3] (node gpu-004): facts.driver must be a mapping, not str"),
+        (with_facts(gpus="8"), "nodes[3] (node gpu-004): facts.gpus must be a list, not str"),
+        (with_facts(gpus=[{"vbios_version": 960074}, {"vbios_version": "96.00.74.00.0D"}]),
+         "nodes[3] (node gpu-004): facts.gpus[0].vbios_version must be a string or null, not int"),
+        (with_facts(gpus=["GPU 0"]), "nodes[3] (node gpu-004): facts.gpus[0] must be a mapping, not str"),
+        (with_facts(driver={"version": ["550.90.07"], "installed": True}), "nodes[3] (node gpu-004): facts.driver.version must be a string or null, not list"),
+        (with_facts(driver={"version": "550.90.07", "loaded": "no"}), "nodes[3] (node gpu-004): facts.driver.loaded must be true or false or null, not str"),
+        (with_facts(gpu_count="8"), "nodes[3] (node gpu-004): facts.gpu_count must be a whole number or null, not str"),
+        (with_facts(nics={"psid": "MT_0000000838"}), "nodes[3] (node gpu-004): facts.nics must be a list, not dict"),
+        (with_facts(nics=[{"psid": ["MT_0000000838"], "fw_current": "28.43.1014"}]), "nodes[3] (node gpu-004): facts.nics[0].psid must be a string or null"),
+        (with_facts(fabricmanager="550.90.07"), "nodes[3] (node gpu-004): facts.fabricmanager must be a mapping, not str"),
+        (with_facts(xid={"critical": "79"}), "nodes[3] (node gpu-004): facts.xid.critical must be a list of Xid codes (whole numbers)"),
+        (dict(record("gpu-004"), bmc={"entries": "HGX_FW_BMC_0"}),
+         "nodes[3] (node gpu-004): bmc.entries must be a list of firmware inventory members, not str"),
+    ],
+    ids=["driver-str", "gpus-str", "vbios-int-and-str", "gpu-str", "driver-version-list", "loaded-str", "gpu-count-str", "nics-dict",
+         "psid-list", "fabricmanager-str", "xid-critical-str", "bmc-entries-str"],
+)
+def test_a_fact_of_the_wrong_type_is_refused_naming_the_field_and_nothing_is_written(tmp_path, run_module, node, message):
+    """Each crashed with a traceback (AttributeError, TypeError: '<' between str and int, unhashable list...)."""
+    nodes = [record("gpu-001"), record("gpu-002"), record("gpu-003"), node]
+    result = run_module(fleet_report.main, args(tmp_path, nodes=nodes))
+    assert result.get("failed") is True, result
+    assert result["msg"].startswith(message), result["msg"]
+    assert result["msg"].endswith("docs/audit.md)")  # and what to pass instead
+    assert not (tmp_path / "reports").exists()
+
+
+def test_the_facts_of_a_node_whose_gather_failed_are_not_read(tmp_path, run_module):
+    failed = {"name": "gpu-004", "sku": "hgx-h100", "error": "nvidia-smi failed", "facts": {"driver": "not read"}}
+    result = run_module(fleet_report.main, args(tmp_path, nodes=[record("gpu-001"), failed]))
+    assert not result.get("failed") and result["report"]["totals"]["error"] == 1
+
+
+def test_a_node_given_twice_is_refused_naming_it_and_both_entries(tmp_path, run_module):
+    """It was counted twice: 4 nodes, 2 drift, for three nodes."""
+    nodes = [record("gpu-001"), record("gpu-003", gpus=7), record("gpu-002"), record("gpu-003", gpus=8)]
+    result = run_module(fleet_report.main, args(tmp_path, nodes=nodes))
+    assert result.get("failed") is True, result
+    assert result["msg"] == "nodes[3] (node gpu-003): name 'gpu-003' is given twice (also nodes[1]): give each node once"
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_bmc_inventory_with_entries_of_the_wrong_type_is_refused(tmp_path, run_module):
+    result = run_module(fleet_report.main, args(tmp_path, bmc_inventories={"gpu-001": {"entries": "HGX_FW_BMC_0"}}))
+    assert result.get("failed") is True, result
+    assert result["msg"].startswith("bmc_inventories['gpu-001'].entries is a str, not a list")
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("blocked", ["md", "html"])
+def test_a_directory_where_a_report_goes_writes_no_file(tmp_path, run_module, blocked):
+    """fleet-report.json was written before the Markdown failed."""
+    (tmp_path / "reports" / f"fleet-report.{blocked}").mkdir(parents=True)
+    result = run_module(fleet_report.main, args(tmp_path))
+    assert result.get("failed") is True
+    assert f"fleet-report.{blocked} is a directory" in result["msg"]
+    assert os.listdir(tmp_path / "reports") == [f"fleet-report.{blocked}"]
+
+
+def test_the_json_report_is_written_last(tmp_path, run_module, monkeypatch):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import files
+
+    written = []
+    real_replace = files.os.replace
+
+    def recording_replace(src, dst):
+        written.append(os.path.basename(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", recording_replace)
+    run_module(fleet_report.main, args(tmp_path))
+    assert written == ["fleet-report.md", "fleet-report.html", "fleet-report.json"]
+
+
+def test_a_secret_in_the_title_or_a_host_name_is_masked_in_every_file(tmp_path, run_module):
+    """The result masked it (no_log) while the three files showed it."""
+    password = "hunter2-BMC-pw"  # noqa: S105 - a test value, that the report must not show
+    result = run_module(fleet_report.main, args(tmp_path, nodes=[record("gpu-001")], title=f"audit {password}", generated_at=f"now {password}",
+                                                 expected_hosts=["gpu-001", f"gpu-{password}"], secrets=[password]))
+    assert result["report"]["title"] == "audit ********" and result["report"]["unreachable"] == ["gpu-********"]
+    for name in ("fleet-report.json", "fleet-report.md", "fleet-report.html"):
+        text = (tmp_path / "reports" / name).read_text()
+        assert password not in text and "audit ********" in text, name

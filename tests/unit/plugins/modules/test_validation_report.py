@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 
+import pytest
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import files
 from ansible_collections.gpufleet.lifecycle.plugins.modules import validation_report
 
 
@@ -83,7 +86,7 @@ def test_html_escapes_messages(run_module, tmp_path):
 
 def test_junit_suites_cases_failures_and_skips(run_module, tmp_path):
     run(run_module, tmp_path)
-    root = ET.fromstring((tmp_path / "out" / "validation-report.junit.xml").read_text())  # noqa: S314 - the file this test just wrote
+    root = ET.parse(tmp_path / "out" / "validation-report.junit.xml").getroot()  # noqa: S314 - the file this test just wrote
     assert root.tag == "testsuites"
     assert {key: root.get(key) for key in ("tests", "failures", "errors", "skipped")} == {"tests": "8", "failures": "2", "errors": "2", "skipped": "1"}
     suites = {suite.get("name"): suite for suite in root}
@@ -111,3 +114,88 @@ def test_report_write_failure_is_a_clean_failure(tmp_path, run_module):
     assert result["failed"] is True
     assert result["msg"] == f"dest {dest} is not a folder: remove it or choose another dest"
     assert dest.read_text() == "a file\n"
+
+
+def one_node(**result_fields):
+    """A node whose gpu_validate result is NODES' gpu-01 with ``result_fields`` put in."""
+    good = result("pass", [check("gpu_count", "pass", {"gpu_count": 8}, 8, "8 GPUs")], 351.0, 41100.0)
+    return [{"name": "gpu-01", "result": dict(good, **result_fields)}]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "stragglers", "message"),
+    [
+        (one_node(checks="gpu_count"), [], "nodes[0] (node gpu-01): result.checks must be a list of check results, not str"),
+        (one_node(status=5), [], "nodes[0] (node gpu-01): result.status is 'int': one of pass, warn, fail expected"),
+        (one_node(checks=[check("xid", "broken")]), [], "nodes[0] (node gpu-01): result.checks[0].status is 'broken': one of pass, fail, warn, skip"),
+        (one_node(checks=["gpu_count"]), [], "nodes[0] (node gpu-01): result.checks[0] must be a mapping (a check result), not str"),
+        (one_node(checks=[check("xid", "fail", message=["Xid 79"])]), [], "nodes[0] (node gpu-01): result.checks[0].message must be a string"),
+        (one_node(checks=[{"status": "pass"}]), [], "nodes[0] (node gpu-01): result.checks[0].name is missing"),
+        (one_node(measurements=[350.0]), [], "nodes[0] (node gpu-01): result.measurements must be a mapping, not list"),
+        (one_node(level=3), [], "nodes[0] (node gpu-01): result.level must be a string, not int"),
+        (one_node(checks=[], msg={"rc": 1}), [], "nodes[0] (node gpu-01): result.msg must be a string, not dict"),
+        (one_node(), [dict(STRAGGLERS[0], name="gpu-01", value="slow")], "stragglers[0] (node gpu-01): value must be a number, not str"),
+        (one_node(), [dict(STRAGGLERS[0], median=True)], "stragglers[0] (node gpu-03): median must be a number, not bool"),
+        (one_node(), [dict(STRAGGLERS[0], metric=None)], "stragglers[0] (node gpu-03): metric must be a string, not NoneType"),
+    ],
+    ids=["checks-str", "status-int", "check-status", "check-str", "message-list", "check-unnamed", "measurements-list", "level-int",
+         "msg-dict", "straggler-value-str", "straggler-median-bool", "straggler-metric-null"],
+)
+def test_a_result_of_the_wrong_type_is_refused_naming_the_field_and_nothing_is_written(run_module, tmp_path, nodes, stragglers, message):
+    """Each crashed with a traceback (TypeError, AttributeError, KeyError, ValueError) in the renderers."""
+    failed = run(run_module, tmp_path, nodes=nodes, stragglers=stragglers, expected_hosts=[])
+    assert failed.get("failed") is True, failed
+    assert failed["msg"].startswith(message), failed["msg"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_node_given_twice_is_refused_naming_it_and_both_entries(run_module, tmp_path):
+    """It was counted twice: 5 nodes, 2 pass, for a fleet of 4."""
+    failed = run(run_module, tmp_path, nodes=[*NODES, NODES[1]])
+    assert failed.get("failed") is True, failed
+    assert failed["msg"] == "nodes[4] (node gpu-01): name 'gpu-01' is given twice (also nodes[1]): give each node once"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_directory_where_the_junit_file_goes_writes_no_file(run_module, tmp_path):
+    """The three other files were written before the JUnit file failed."""
+    (tmp_path / "out" / "validation-report.junit.xml").mkdir(parents=True)
+    failed = run(run_module, tmp_path)
+    assert failed.get("failed") is True
+    assert "validation-report.junit.xml is a directory" in failed["msg"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["validation-report.junit.xml"]
+
+
+def test_the_json_report_is_written_last(run_module, tmp_path, monkeypatch):
+    """A new JSON report (what tools read) means the Markdown, HTML and JUnit files beside it are new too."""
+    written = []
+    real_replace = files.os.replace
+
+    def recording_replace(src, dst):
+        written.append(os.path.basename(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", recording_replace)
+    run(run_module, tmp_path)
+    assert written == ["validation-report.md", "validation-report.html", "validation-report.junit.xml", "validation-report.json"]
+
+
+def test_junit_with_control_characters_in_messages_is_well_formed(run_module, tmp_path):
+    """dcgmi's colours (ESC), a NUL and a bell were written as they were: no XML parser read the file."""
+    nodes = [
+        {"name": "gpu-01", "result": result("fail", [
+            check("dcgm_diag", "fail", {"result": "fail\x00"}, {"result": "pass"}, "dcgmi: \x1b[31mFAIL\x1b[0m"),
+            check("nccl_busbw", "warn", "350\x0b", None, "low\x07 busbw\tat\r\n8 GPUs"),
+        ])},
+        {"name": "gpu-02", "result": {"failed": True, "msg": "ssh: \x1b[1mConnection refused\x1b[0m"}},
+    ]
+    run(run_module, tmp_path, nodes=nodes, stragglers=[], expected_hosts=[], title="fleet \x0c validation")
+    root = ET.parse(tmp_path / "out" / "validation-report.junit.xml").getroot()  # noqa: S314 - the file this test just wrote
+    assert root.get("name") == "fleet \\x0c validation"
+    suites = {suite.get("name"): suite for suite in root}
+    failure = suites["gpu-01"].find("testcase[@name='dcgm_diag']/failure")
+    assert failure.get("message") == "dcgmi: \\x1b[31mFAIL\\x1b[0m"
+    assert 'observed: {"result": "fail\\u0000"}' in failure.text  # JSON's own escape: never a NUL
+    warned = suites["gpu-01"].find("testcase[@name='nccl_busbw']/system-out").text
+    assert warned.startswith("warn: low\\x07 busbw\tat\n8 GPUs") and "observed: 350\\x0b" in warned  # tab and newline kept
+    assert suites["gpu-02"].find("testcase/error").get("message") == "ssh: \\x1b[1mConnection refused\\x1b[0m"

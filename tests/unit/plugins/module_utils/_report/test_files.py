@@ -163,3 +163,39 @@ def test_report_path_that_is_not_a_regular_file_fails_without_blocking(tmp_path,
         with pytest.raises(files.ReportFileError, match=r"fleet-report\.md is a (directory|pipe).*not a regular file"):
             write(module, dest, check_mode=check_mode)
     assert leftovers(dest) == []
+
+
+def test_a_refused_target_writes_none_of_the_files(tmp_path, module):
+    """The files before it in the list were written, then the refusal came."""
+    dest = tmp_path / "reports"
+    (dest / "fleet-report.html").mkdir(parents=True)
+    outputs = {"json": ("json", "{}\n"), "md": ("md", REPORT), "html": ("html", "<p>\n")}
+    with pytest.raises(files.ReportFileError, match=r"fleet-report\.html is a directory"):
+        files.write_reports(module(), str(dest), "fleet-report", outputs, last="json")
+    assert os.listdir(dest) == ["fleet-report.html"]
+
+
+def test_last_is_written_after_the_others_and_only_what_changed_is_written(tmp_path, module, monkeypatch):
+    dest = tmp_path / "reports"
+    outputs = {"json": ("json", "{}\n"), "md": ("md", REPORT), "html": ("html", "<p>\n")}
+    written = []
+    real_replace = os.replace
+
+    def recording_replace(src, dst):
+        written.append(os.path.basename(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", recording_replace)
+    assert files.write_reports(module(), str(dest), "fleet-report", outputs, last="json")[0]
+    assert written == ["fleet-report.md", "fleet-report.html", "fleet-report.json"]
+    written.clear()
+    changed, paths = files.write_reports(module(), str(dest), "fleet-report", dict(outputs, md=("md", "new\n")), last="json")
+    assert changed and written == ["fleet-report.md"] and list(paths) == ["json", "md", "html"]
+
+
+def test_a_lone_surrogate_is_written_as_its_escape(tmp_path, module):
+    """A broken escape in a task's arguments ("\\ud800") has no UTF-8 form: it ended the task with a UnicodeEncodeError."""
+    dest = tmp_path / "reports"
+    assert write(module, dest, content="title \ud800\n")[0]
+    assert (dest / "fleet-report.md").read_text(encoding="utf-8") == "title \\ud800\n"
+    assert write(module, dest, content="title \ud800\n") == (False, {"md": str(dest / "fleet-report.md")})

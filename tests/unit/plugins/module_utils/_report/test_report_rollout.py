@@ -79,6 +79,15 @@ def test_markdown_says_what_happened(report):
     assert "- **gpu-12** (wave 3): drained by others: hw: DIMM replacement" in md
 
 
+def test_junit_with_control_characters_in_a_reason_is_well_formed():
+    """A rollback reason quoting dcgmi's coloured output (ESC) or a NUL made the JUnit file unreadable to CI."""
+    records, plan = sample_rollout(3, rollback=("gpu-02",), rollout_id=RID)
+    records[1]["rollback"]["reason"] = "dcgm: dcgmi: \x1b[31mFAIL\x1b[0m \x00 end"
+    junit = rollout.render_junit(rollout.build_report(records, RID, plan=plan))
+    root = ET.fromstring(junit)  # noqa: S314 - our own output
+    assert "\\x1b[31mFAIL" in junit and root.tag == "testsuites"
+
+
 def test_markdown_escapes_table_breakers():
     records, plan = sample_rollout(3, rollback=("gpu-02",), rollout_id=RID)
     records[1]["rollback"]["reason"] = "a | b\nc"
