@@ -20,12 +20,11 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / ".collections"))  # the collection as ansible_collections.gpufleet.lifecycle (make venv)
+
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import sub_urls  # noqa: E402
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.capacity import check_params  # noqa: E402
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.plan import plan_waves  # noqa: E402
-
-import conftest  # noqa: E402,F401  (makes ansible_collections.gpufleet.lifecycle importable)
 
 OLD_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 

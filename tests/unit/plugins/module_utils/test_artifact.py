@@ -197,6 +197,6 @@ def test_sub_urls_finds_what_the_old_pattern_found(text):
 def test_sub_urls_agrees_with_the_old_pattern_on_random_text():
     rng = random.Random(7)  # noqa: S311 - test data, not a secret
     alphabet = "ab9+.-:/ @'\"<>\n"
-    for _ in range(3000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+    for _case in range(3000):
+        text = "".join(rng.choice(alphabet) for _char in range(rng.randrange(0, 40)))
         assert _artifact.sub_urls(text, lambda url: f"<{url}>") == _OLD_URL.sub(lambda m: f"<{m.group(0)}>", text), repr(text)
