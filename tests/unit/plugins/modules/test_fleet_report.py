@@ -239,8 +239,9 @@ def test_the_json_report_is_written_last(tmp_path, run_module, monkeypatch):
 def test_a_secret_in_the_title_or_a_host_name_is_masked_in_every_file(tmp_path, run_module):
     """The result masked it (no_log) while the three files showed it."""
     password = "hunter2-BMC-pw"  # noqa: S105 - a test value, that the report must not show
-    result = run_module(fleet_report.main, args(tmp_path, nodes=[record("gpu-001")], title=f"audit {password}", generated_at=f"now {password}",
-                                                 expected_hosts=["gpu-001", f"gpu-{password}"], secrets=[password]))
+    arguments = args(tmp_path, nodes=[record("gpu-001")], title=f"audit {password}", generated_at=f"now {password}",
+                     expected_hosts=["gpu-001", f"gpu-{password}"], secrets=[password])
+    result = run_module(fleet_report.main, arguments)
     assert result["report"]["title"] == "audit ********" and result["report"]["unreachable"] == ["gpu-********"]
     for name in ("fleet-report.json", "fleet-report.md", "fleet-report.html"):
         text = (tmp_path / "reports" / name).read_text()
