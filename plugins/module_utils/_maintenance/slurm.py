@@ -529,13 +529,19 @@ def reboot_next(started, asked, node=None, bmc=False, waited=None):
     if node.get("hold") == "others":
         return {"action": "fail", "path": None,
                 "why": f"the node did not go down{within} and Slurm shows it {node.get('state')}: {node.get('hold_why')}"}
-    if last == "slurm" and "REBOOT_REQUESTED" in flags and "REBOOT_ISSUED" not in flags:
-        # Not lost: Slurm has not sent it yet (it reboots a node once idle; ASAP keeps new jobs off meanwhile).
+    if last == "slurm" and "REBOOT_REQUESTED" in flags and "REBOOT_ISSUED" not in flags and not node.get("not_responding"):
+        # Not lost: Slurm has not sent it yet (it reboots a node once idle; ASAP keeps new jobs off meanwhile). A node
+        # whose slurmd does not respond is never sent it (controller.c _queue_reboot_msg): that one is asked below.
         jobs = node.get("jobs") or []
         return {"action": "wait", "path": "slurm",
                 "why": f"Slurm holds the reboot until the node is idle ({len(jobs)} job(s) on it, state {node.get('state')})"}
-    lost = (f"the node did not go down{within} after {_REBOOT_PATH_TEXT[last]} was asked"
-            + (" (Slurm shows the reboot issued: its request to slurmd was lost)" if "REBOOT_ISSUED" in flags else ""))
+    if "REBOOT_ISSUED" in flags:
+        detail = " (Slurm shows the reboot issued: its request to slurmd was lost)"
+    elif node.get("not_responding"):
+        detail = " (its slurmd does not respond: Slurm cannot send it the reboot)"
+    else:
+        detail = ""
+    lost = f"the node did not go down{within} after {_REBOOT_PATH_TEXT[last]} was asked{detail}"
     if "node" not in asked:
         return {"action": "node", "path": None, "why": f"{lost}; asking {_REBOOT_PATH_TEXT['node']}"}
     if "bmc" not in asked and bmc:

@@ -11,6 +11,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.sl
 ISSUED = {"flags": ["DRAIN", "REBOOT_ISSUED"], "state": "DOWN+DRAIN+REBOOT_ISSUED", "hold": "ours", "hold_why": None, "jobs": []}
 REQUESTED_BUSY = {"flags": ["DRAIN", "REBOOT_REQUESTED"], "state": "MIXED+DRAIN+REBOOT_REQUESTED", "hold": "ours",
                   "hold_why": None, "jobs": [{"id": "41", "user": "alice", "name": "train"}]}
+REQUESTED_UNRESPONSIVE = {"flags": ["DRAIN", "REBOOT_REQUESTED"], "state": "IDLE*+DRAIN+REBOOT_REQUESTED", "hold": "ours",
+                          "hold_why": None, "not_responding": True, "jobs": []}
 TIMED_OUT = {"flags": [], "state": "DOWN", "hold": "others",
              "hold_why": "our reboot timed out and Slurm set it DOWN: look at the node before resuming it"}
 
@@ -31,6 +33,8 @@ TIMED_OUT = {"flags": [], "state": "DOWN", "hold": "others",
         (False, ["slurm", "node", "bmc"], ISSUED, True, "fail", None),
         # Not lost: Slurm holds an ASAP reboot until the node's jobs end.
         (False, ["slurm"], REQUESTED_BUSY, True, "wait", "slurm"),
+        # Never sent: Slurm does not send a reboot to an idle node whose slurmd does not respond.
+        (False, ["slurm"], REQUESTED_UNRESPONSIVE, True, "node", None),
         # Slurm gave up (ResumeTimeout) or someone else took the node: stop, never reboot it behind their back.
         (False, ["slurm"], TIMED_OUT, True, "fail", None),
         (False, ["slurm", "node"], TIMED_OUT, True, "fail", None),
