@@ -70,6 +70,30 @@ def driver_version(text, tool, field, terminated=False, three_parts=False):
     return text
 
 
+def cut_line(text):
+    """The last line of ``text`` when no line break ends it (it may be cut short), else None.
+
+    Every tool ends each line it prints with a newline: a last line without one can hold a value cut
+    short (``Xid 7`` of ``Xid 79``, half a UUID), which is whole only where what the tool prints after
+    it is there. A parser drops such a line (a log: a cut line is no event) or refuses it (cut_short).
+    """
+    if not text or text.endswith(("\n", "\r")):
+        return None
+    return text[max(text.rfind("\n"), text.rfind("\r")) + 1 :]
+
+
+def whole_lines(text):
+    """``text`` without a last line that no line break ends (see cut_line): what a log reader may trust."""
+    text = text or ""
+    cut = cut_line(text)
+    return text[: len(text) - len(cut)] if cut else text
+
+
+def cut_short(tool, field, line):
+    """The ParseError for a ``field`` on a last line (``line``) that no newline ends."""
+    return ParseError(f"{tool}: the output was cut short in {field} (its last line {line.strip()[-120:]!r} has no newline): read it again whole")
+
+
 def missing(value):
     """True when a tool printed one of its "no value" markers (N/A, [Not Supported]...)."""
     return value is None or value.strip().lower() in _MISSING

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, json_document
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short, json_document, whole_lines
 
 RESULTS = ("pass", "fail", "warn", "skip")
 # Worst first: the result of a test with mixed per-GPU results is its worst one.
@@ -55,6 +55,20 @@ _LEVEL = re.compile(r"dcgmi[ \t]+diag\b[^\n]{0,200}?(?:-r|--run)[ \t=]{1,8}['\"]
 _ERROR_LINE = re.compile(r"^[ \t]*Error:[ \t]*(?P<msg>.+)$", re.MULTILINE)
 
 _LINK_STATES = {"U": "up", "D": "down", "X": "disabled", "_": "not_supported"}
+
+
+def _whole_table_line(line):
+    """True for a table line dcgmi closed: a row with both cells ("| name | value |"), a border or section with both ("+---+---+")."""
+    stripped = line.strip()
+    if stripped.endswith("+"):
+        return stripped.startswith("+") and stripped.count("+") >= 3
+    return stripped.startswith(("|", "+")) and stripped.endswith("|") and stripped.count("|") + stripped.count("+") >= 3
+
+
+def _table_text(text):
+    """``text`` without a last line that no newline ends, unless that line is a whole table line: a cut cell is no value."""
+    cut = cut_line(text)
+    return whole_lines(text) if cut and not _whole_table_line(cut) else text
 
 
 def _status(text):
@@ -152,6 +166,7 @@ def _finish_message(state):
 
 
 def _parse_text(text):
+    text = _table_text(text)  # a cut row ("Fail - GPUs: 1" of "1, 2", half a message) is not read
     state = {"test": None, "errors": [], "message": None}
     tests = []
     metadata = {}
@@ -391,7 +406,7 @@ def parse_nvlink_status(text):
     gpus = {}
     current = None
     in_gpus = False
-    for line in text.splitlines():
+    for line in whole_lines(text).splitlines():
         stripped = line.strip()
         if stripped == "GPUs:":
             in_gpus = True
@@ -412,6 +427,10 @@ def parse_nvlink_status(text):
             if not all(token in _LINK_STATES for token in tokens):
                 raise ParseError(f"dcgmi nvlink -s: unknown link state in {stripped!r} for GPU {current}")
             gpus[current].extend(_LINK_STATES[token] for token in tokens)
+    cut = cut_line(text)
+    if in_gpus and cut and cut.strip():
+        # "U U" of a GPU's twelve links, or a GPU cut off: its links would be missing.
+        raise cut_short("dcgmi nvlink -s", f"the links of GPU {current}" if current is not None else "the GPU list", cut)
     if not gpus:
         raise ParseError("dcgmi nvlink -s: no 'gpuId N:' entries under 'GPUs:'")
     return gpus
@@ -429,14 +448,14 @@ def parse_nvlink_errors(text):
     """Parse ``dcgmi nvlink -e`` tables into ``{gpu_index: {link: {"crc_flit", "crc_data", "replay", "recovery"}}}``.
 
     A link cut short (``| head``) keeps the counters that were printed; a counter that is not a
-    number is None.
+    number is None. A last row that no newline ends is not read (``12`` of 123).
     """
     if text is None or "NVLINK Error Counts" not in text:
         raise ParseError("dcgmi nvlink -e: no 'NVLINK Error Counts' table")
     gpus = {}
     gpu = None
     link = None
-    for line in text.splitlines():
+    for line in _table_text(text).splitlines():
         row = _ROW.match(line)
         if not row:
             continue
@@ -465,7 +484,9 @@ def parse_nvlink_errors(text):
 def parse_discovery(text):
     """Parse the GPU table of ``dcgmi discovery -l`` into ``[{"id", "name", "pci_bus_id", "uuid"}]``.
 
-    Other entity tables (NvSwitches, ConnectX, CPUs) are not read.
+    Other entity tables (NvSwitches, ConnectX, CPUs) are not read. A GPU table row without its
+    newline (``Device UUID: GPU-4f2c``, or a whole ``Name:`` row whose UUID row is missing) is a
+    ParseError: the output was cut short.
     """
     if text is None or not re.search(r"\|\s*GPU ID\s*\|\s*Device Information\s*\|", text):
         raise ParseError("dcgmi discovery -l: no '| GPU ID | Device Information |' table")
@@ -473,13 +494,15 @@ def parse_discovery(text):
     gpus = []
     current = None
     in_table = False
-    for line in text.splitlines():
+    cut = cut_line(text)
+    for line in _table_text(text).splitlines():
         if re.match(r"^\s*\|\s*GPU ID\s*\|", line):
             in_table = True
             continue
         if not in_table:
             continue
         if not line.strip().startswith(("|", "+")):
+            in_table = False
             break  # the next entity table's "N NvSwitches found." line ends the GPU table
         row = _ROW.match(line)
         if not row:
@@ -497,6 +520,9 @@ def parse_discovery(text):
         field = {"Name": "name", "PCI Bus ID": "pci_bus_id", "Device UUID": "uuid"}.get(key.strip())
         if field:
             current[field] = val.strip() or None
+    # A cut row, or a whole one whose GPU's later rows (bus id, UUID) are missing; after a border the count tells.
+    if in_table and cut and cut.strip().startswith(("|", "+")) and not (_whole_table_line(cut) and set(cut.strip()) <= set("+-=")):
+        raise cut_short("dcgmi discovery -l", f"the GPU table (GPU {current['id']})" if current else "the GPU table", cut)
     if found and int(found.group(1)) != len(gpus):
         raise ParseError(f"dcgmi discovery -l: says {found.group(1)} GPUs found but the table lists {len(gpus)}")
     return gpus

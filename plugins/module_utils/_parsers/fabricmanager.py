@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, driver_version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, driver_version, whole_lines
 
 # The value is read as one token and checked whole afterwards: a cut-off "535.161" must not pass.
 _VERSION = re.compile(r"Fabric Manager version is\s*:[ \t]*(?P<version>[^\s]*)")
@@ -64,9 +64,10 @@ def parse_mismatch(text):
     line, wherever it sits (journal, ``systemctl status``, a bare message). ParseError when the
     message is cut inside a version: the fabric manager's own always has three parts, the
     driver's (``550.120`` exists) counts only when the text after it (". Please update...") shows
-    it is whole.
+    it is whole. A last line that no newline ends is not read: the log was cut there, and its
+    message (and versions) may be cut short; the next read has it whole.
     """
-    text = text or ""
+    text = whole_lines(text)
     match = _MISMATCH.search(text)
     if not match:
         return None
@@ -99,13 +100,15 @@ def parse_start_failure(text):
     fabric manager differ), ``"no_nvswitch"`` (NV_WARN_NOTHING_TO_DO: nothing to manage, the
     service should be disabled on this system), ``"start_script_usage"`` (the start script was
     called the pre-570.158 way), ``"exited"`` / ``"service_failed"`` (a failure with no known
-    cause). ``message`` is the line that says so, without its journal prefix.
+    cause). ``message`` is the line that says so, without its journal prefix. A last line that no
+    newline ends is not read (see parse_mismatch).
     """
+    text = whole_lines(text)
     mismatch = parse_mismatch(text)
     if mismatch:
         return {"reason": "version_mismatch", "message": mismatch["message"]}
     for reason, pattern in _START_FAILURES:
-        match = pattern.search(text or "")
+        match = pattern.search(text)
         if match:
             return {"reason": reason, "message": _message(match.group(0))}
     return None

@@ -61,8 +61,9 @@ def _progress(pct, body):
     if not procd or not all(procd) or not all(errors) or len(errors) != len(procd):
         return None
     temps = [_TEMP_ITEM.match(item) for item in _split(body[temps_at + len("temps:") :])]
-    if len(temps) != len(procd):
-        # A repaint cut before its last temperature is not a complete line.
+    if len(temps) != len(procd) or not all(temps):
+        # A repaint cut before or inside its last temperature ("8" of 82 C, "82" without its C) is not a complete line;
+        # gpu-burn prints every temperature as "<n> C", so a whole repaint needs no newline after it.
         return None
     gpus = []
     for index, (done, error, temp) in enumerate(zip(procd, errors, temps)):
@@ -73,7 +74,7 @@ def _progress(pct, body):
                 # A dead worker's counters are garbage (gpu-burn prints uninitialised memory).
                 "errors": None if died else int(error.group("n")),
                 "gflops": None if died else float(done.group("gflops")),
-                "temp_c": int(temp.group("t")) if temp else None,
+                "temp_c": int(temp.group("t")),
                 "died": died,
             }
         )

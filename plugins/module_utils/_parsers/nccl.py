@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, whole_lines
 
 # "#" is optional: Markdown pastes lose it on some lines.
 # "[ \t]" rather than "\s": "\s*#?\s*" (two adjacent unbounded runs) is quadratic in a run of
@@ -159,9 +159,16 @@ def _parse_run(chunk):
 
 
 def parse_runs(text):
-    """Parse every nccl-tests run in text (one per ``# nThread`` header) into a list of ``parse_tests`` dicts."""
+    """Parse every nccl-tests run in text (one per ``# nThread`` header) into a list of ``parse_tests`` dicts.
+
+    A last line that no newline ends is not read: a row, ``# Avg bus bandwidth : 23.1`` (of 23.19) or a
+    failure message cut short there is no value; the lines before it are read as a log cut at that point.
+    """
     if text is None or not text.strip():
         raise ParseError("nccl-tests: empty output")
+    text = whole_lines(text)
+    if not text.strip():
+        raise ParseError("nccl-tests: no whole line in the output (its only line has no newline: cut short)")
     starts = [match.start() for match in _RUN_START.finditer(text)]
     if not starts:
         if re.search(r"^[ \t]*USAGE:", text, re.MULTILINE):

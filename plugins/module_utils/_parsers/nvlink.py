@@ -19,12 +19,24 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short
 
 TOOL = "nvidia-smi nvlink -s"
 _GPU = re.compile(r"GPU\s+(?P<index>\d+):\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?")
 _LINK = re.compile(r"Link\s+(?P<link>\d+):\s*(?P<value>.*?)")
+_GPU_START = re.compile(r"(?m)^\s*GPU\s+(\d+):")
 _SPEED = re.compile(r"(?P<speed>\d+(?:\.\d+)?)\s*GB/s")
+
+
+def _cut_field(text, cut):
+    """What a cut last line held: ``link 1 of GPU 1``, ``GPU 2``, or the lines of the last GPU."""
+    gpus = _GPU_START.findall(text)
+    link = re.match(r"\s*Link\s+(\d+)", cut)
+    if _GPU_START.match(cut):
+        return f"GPU {gpus[-1]}"
+    if link and gpus:
+        return f"link {link.group(1)} of GPU {gpus[-1]}"
+    return f"the lines of GPU {gpus[-1]}" if gpus else "its first line"
 
 
 def parse_status(text):
@@ -34,9 +46,13 @@ def parse_status(text):
     kept in ``raw``. ``unsupported`` is the GPU's "not supported" line (MIG mode), else None; ``notes``
     are the GPU's other lines (``Device does not have or support Nvlink``). Empty or blank output is
     ``[]`` (no NVLink on the node). Raises ParseError for output with text but no ``GPU n:`` line
-    (an NVML error printed with exit status 0), a ``Link`` line before any GPU, or a GPU or link
-    that appears twice.
+    (an NVML error printed with exit status 0), a ``Link`` line before any GPU, a GPU or link
+    that appears twice, or a last line without its newline: the output was cut short there (a speed
+    ``26.5`` of 26.562 GB/s would read as a link down, the links after it would be missing).
     """
+    cut = cut_line(text)
+    if cut and cut.strip():
+        raise cut_short(TOOL, _cut_field(text, cut), cut)
     gpus = []
     seen_gpus = set()
     seen_links = set()

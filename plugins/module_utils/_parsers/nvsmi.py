@@ -23,6 +23,8 @@ import xml.etree.ElementTree as ET
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import (
     ParseError,
+    cut_line,
+    cut_short,
     driver_version,
     missing,
     number_or_none,
@@ -738,14 +740,17 @@ def parse_query_text(text, strict=True):
     """Parse ``nvidia-smi -q`` (the text form) into the same shape as parse_xml.
 
     Sections it does not know are skipped. Raises ParseError when there is no driver version
-    (``Driver Version`` or R610's ``KMD Version``). With strict=False an excerpt without the
-    header is read as far as it goes; an excerpt without a ``GPU <bus id>`` line is read as one GPU.
+    (``Driver Version`` or R610's ``KMD Version``), and when the last line has no newline: the output
+    was cut short there (``Bus Id : 00000000:52:0``, ``GPU UUID : GPU-5c0b``, a GPU's later sections
+    missing). With strict=False an excerpt without the header is read as far as it goes; an excerpt
+    without a ``GPU <bus id>`` line is read as one GPU.
     """
     if text is None or not text.strip():
         raise ParseError(f"{TEXT_TOOL}: empty output")
     root = _text_tree(text)
-    # A last line without its newline may be cut: "Driver Version : 535.86" of 535.86.05.
-    cut = None if text.endswith(("\n", "\r")) else _text_line(text.splitlines()[-1])
+    # A last line without its newline may be cut: "Driver Version : 535.86" of 535.86.05, "Bus Id : 00000000:52:0".
+    last = cut_line(text)
+    cut = _text_line(last) if last else None
     cut_key = " ".join(cut[0].lower().split()) if cut else None
     # R610 on some platforms: "Driver Version : 610.62 [Deprecated; ... Use KMD Version instead]"
     driver_version = _first(
@@ -754,6 +759,8 @@ def parse_query_text(text, strict=True):
     )
     if driver_version is None and strict:
         raise ParseError(f"{TEXT_TOOL}: no 'Driver Version' (nor 'KMD Version') line: not nvidia-smi -q output, or an excerpt")
+    if last and last.strip():
+        raise cut_short(TEXT_TOOL, repr(cut[0]) if cut else "the last section", last)
     cuda_version = _first(_cuda_version(root.text("cuda umd version")), _cuda_version(root.text("cuda version")))
 
     gpus = []
@@ -844,6 +851,12 @@ def _is_header(cells, fields):
 def _parse_csv(text, fields, tool, allow_empty):
     if isinstance(fields, str):
         fields = [f.strip() for f in fields.split(",") if f.strip()]
+    cut = cut_line(text)
+    if cut and cut.strip():
+        # The last value of a cut row still looks whole (835 of 8350 MHz, a pid, a UUID cut short): no row without its newline.
+        names = fields or [cell.split(" [", 1)[0].strip() for cell in text.lstrip().split("\n", 1)[0].split(",")]
+        cells = len(cut.split(","))
+        raise cut_short(tool, f"{names[cells - 1]!r} of the last row" if cells <= len(names) else "the last row", cut)
     lines = [(n, line) for n, line in enumerate((text or "").splitlines(), 1) if line.strip()]
     if lines:
         first_cells = [cell.strip() for cell in lines[0][1].split(",")]
@@ -872,13 +885,14 @@ def parse_query_csv(text, fields=None):
 
     Returns one dict per GPU keyed by the requested field names as given: numbers where the value
     is numeric (units stripped), None for N/A markers, else strings. A header line is detected and
-    skipped (it must name the requested fields); fields may be omitted when the header is there.
+    skipped (it must name the requested fields); fields may be omitted when the header is there. A
+    last row without its newline is a ParseError: its last value may be cut short (``835`` of 8350).
     """
     return _parse_csv(text, fields, "nvidia-smi --query-gpu", allow_empty=False)
 
 
 def parse_compute_apps_csv(text, fields=None):
-    """Parse ``nvidia-smi --query-compute-apps=<fields> --format=csv...``; [] when nothing runs."""
+    """Parse ``nvidia-smi --query-compute-apps=<fields> --format=csv...``; [] when nothing runs (a cut last row: ParseError)."""
     return _parse_csv(text, fields, "nvidia-smi --query-compute-apps", allow_empty=True)
 
 

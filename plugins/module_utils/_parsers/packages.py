@@ -8,14 +8,16 @@
 - ``rpm -q --qf '%{NAME} %{VERSION}\\n' NAME...`` (RHEL and friends);
 - ``dnf versionlock list`` (dnf 4's python3-dnf-plugin-versionlock).
 
-Pure functions, text in, plain values out; ParseError for a line that is none of the forms the tool prints.
+Pure functions, text in, plain values out; ParseError for a line that is none of the forms the tool prints,
+and for a last line without its newline: the tool ends every line with one, so a version there may be cut
+short (``550.90`` of 550.90.07, ``ii`` of ``iiR``).
 """
 
 from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short
 
 # ${db:Status-Abbrev}: desired action (unknown, install, hold, remove, purge), package status (not-installed,
 # installed, config-files, unpacked, half-configured, half-installed, triggers-awaited, triggers-pending) and
@@ -27,7 +29,10 @@ _LOCK_ENTRY = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._+-]*?)-(?:\d+:)?\d[^\
 _LOCK_NOISE = re.compile(r"Last metadata expiration check:.*|Updating Subscription Management repositories\.|#.*")
 
 
-def _lines(text):
+def _lines(text, tool, what="the last package"):
+    cut = cut_line(str(text or ""))
+    if cut and cut.strip():
+        raise cut_short(tool, what, cut)
     return [line.rstrip() for line in str(text or "").splitlines() if line.strip()]
 
 
@@ -45,7 +50,7 @@ def parse_dpkg_query(text):
     ``h`` desired action of ``apt-mark hold``.
     """
     packages = []
-    for number, line in enumerate(_lines(text), 1):
+    for number, line in enumerate(_lines(text, "dpkg-query"), 1):
         match = _DPKG_LINE.fullmatch(line)
         if not match:
             raise ParseError(f"dpkg-query: line {number} is not '<package> <version> <status>': {line[:200]!r}")
@@ -70,7 +75,7 @@ def parse_rpm_query(text, names):
     is in use cannot be told from here.
     """
     versions = {}
-    for number, line in enumerate(_lines(text), 1):
+    for number, line in enumerate(_lines(text, "rpm -q"), 1):
         if _RPM_NOT_INSTALLED.fullmatch(line):
             continue
         match = _RPM_LINE.fullmatch(line)
@@ -86,7 +91,7 @@ def parse_rpm_query(text, names):
 def parse_versionlock_list(text):
     """``dnf versionlock list`` -> the lock entries (``nvidia-driver-3:550.90.07-1.el9.*``), metadata notices left out."""
     entries = []
-    for number, raw in enumerate(_lines(text), 1):
+    for number, raw in enumerate(_lines(text, "dnf versionlock list", "the last lock entry"), 1):
         line = raw.strip()
         if _LOCK_NOISE.fullmatch(line):
             continue

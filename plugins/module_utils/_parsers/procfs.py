@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, driver_version, number_or_none, text_or_none
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import (
+    ParseError,
+    cut_line,
+    cut_short,
+    driver_version,
+    number_or_none,
+    text_or_none,
+    whole_lines,
+)
 
 PROC_TOOL = "/proc/driver/nvidia/version"
 
@@ -41,7 +49,9 @@ def parse_driver_version(text):
     ``flavor`` is ``"open"`` for the open GPU kernel modules ("Open Kernel Module") and
     ``"proprietary"`` otherwise. ``build_date`` is free text (it can be localized) or None, and
     ``compiler`` the text after ``GCC version:`` or None. On Jetson (L4T) the version is the L4T
-    release, not a desktop driver branch. Raises ParseError without an ``NVRM version`` line.
+    release, not a desktop driver branch. Raises ParseError without an ``NVRM version`` line, or when
+    that line has no newline (its build date may be cut short); a ``GCC version`` line without one is
+    left out (``compiler`` None) rather than read cut short.
     """
     text = text or ""
     head = _NVRM_HEAD.search(text)
@@ -68,8 +78,10 @@ def parse_driver_version(text):
     arch = arch.group("arch") if arch else None
     if not (terminated and arch == "aarch64" and _L4T_VERSION.fullmatch(version)):
         driver_version(version, PROC_TOOL, "NVRM version", terminated=terminated)
+    if line_end < 0:
+        raise cut_short(PROC_TOOL, "the build date of the NVRM version line", line)
     build = _BUILD.match(rest.strip())
-    compiler = _GCC_LINE.search(text)
+    compiler = _GCC_LINE.search(whole_lines(text))
     return {
         "version": version,
         "flavor": "open" if re.search(r"\bOpen\b", module) else "proprietary",
@@ -89,6 +101,18 @@ def _flavor_from_license(license_text):
     raise ParseError(f"modinfo nvidia: unknown license {license_text!r}: cannot tell open from proprietary")
 
 
+def _refuse_cut_field(text, tool, keys):
+    """ParseError when the last line, which no newline ends, is ``key: value`` of one of ``keys``: the value may be cut short."""
+    cut = cut_line(text)
+    match = _KEY_VALUE.match(cut.strip()) if cut else None
+    if match and match.group("key").strip() in keys:
+        raise cut_short(tool, f"{match.group('key').strip()}:", cut)
+
+
+# The modinfo fields parse_modinfo returns (a cut "parm:" or "alias:" line changes nothing read).
+_MODINFO_KEYS = frozenset(("version", "license", "filename", "firmware", "vermagic", "srcversion", "depends", "signer"))
+
+
 def parse_modinfo(text):
     """``modinfo nvidia`` -> ``{"version", "license", "flavor", "filename", "firmware", "vermagic",
     "srcversion", "depends", "signer"}``.
@@ -96,8 +120,10 @@ def parse_modinfo(text):
     ``flavor`` comes from the license ("Dual MIT/GPL": open, "NVIDIA": proprietary; None when the
     line is missing). ``firmware`` and ``depends`` are lists. A damaged paste (a key cut short)
     gives None for that field; a missing or malformed ``version`` raises ParseError, as does
-    modinfo's own error message.
+    modinfo's own error message, and a field read here on a last line that no newline ends (it may be
+    cut short: ``license: Dual MIT/G``) unless it is a whole version.
     """
+    _refuse_cut_field(text, "modinfo nvidia", _MODINFO_KEYS - {"version"})  # the version has its own rule
     fields = {}
     version_terminated = False
     for line in (text or "").splitlines(keepends=True):
@@ -141,8 +167,12 @@ def parse_lsmod(text):
 
     ``used_by`` lists the modules named in the last column (``[permanent]`` and similar markers
     are left out); ``used_by_count`` is the kernel's count, which also counts open file handles.
-    Raises ParseError on an empty output or a line that is not an lsmod row.
+    Raises ParseError on an empty output, a line that is not an lsmod row, or a last row without its
+    newline (a count or a user cut short, or the modules after it missing).
     """
+    cut = cut_line(text)
+    if cut and cut.strip():
+        raise cut_short("lsmod", f"module {cut.split()[0]!r}", cut)
     modules = {}
     header = False
     for line in (text or "").splitlines():
@@ -200,8 +230,10 @@ def parse_gpus_information(text):
     One entry per ``Model:`` block, so the concatenated files of several GPUs (``cat
     .../gpus/*/information``) give one entry each; lines that are not ``Key: value`` (a pasted
     shell command) are ignored. ``excluded`` reads ``Excluded:`` or the older ``Blacklisted:``.
-    Fields a driver does not print are None. Raises ParseError without any ``Model:`` line.
+    Fields a driver does not print are None. Raises ParseError without any ``Model:`` line, or with a
+    field on a last line that no newline ends (``Bus Location: 0000:17:0`` may be cut short).
     """
+    _refuse_cut_field(text, _GPU_INFO_TOOL, _GPU_INFO_KEYS)
     gpus = []
     for line in (text or "").splitlines():
         match = _KEY_VALUE.match(line.strip())
@@ -243,9 +275,11 @@ def parse_container_cli_info(text):
     """``nvidia-container-cli info`` -> ``{"driver_version", "cuda_version", "devices": [{"index",
     "minor", "model", "brand", "uuid", "pci_bus_id", "architecture"}]}``.
 
-    Raises ParseError without an ``NVRM version:`` line holding a driver version.
+    Raises ParseError without an ``NVRM version:`` line holding a driver version, or with another field
+    on a last line that no newline ends (``CUDA version: 1`` may be cut from 12.0).
     """
     result = {"driver_version": None, "cuda_version": None, "devices": []}
+    _refuse_cut_field(text, "nvidia-container-cli info", {"CUDA version", *_CONTAINER_DEVICE_KEYS})  # NVRM version: its own rule
     terminated = False
     for line in (text or "").splitlines(keepends=True):
         match = _KEY_VALUE.match(line.strip())

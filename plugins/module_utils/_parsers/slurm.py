@@ -9,14 +9,16 @@ The node state is read as Slurm 21.08 and later print it (``src/api/node_info.c`
 ``node_state_string_complete``): one base state and ``+FLAG`` for each flag set, names from
 ``src/common/slurm_protocol_defs.c`` (``node_states[]``, ``node_state_flags[]``). A flag this parser
 does not know (Slurm prints ``?`` for a bit it has no name for), a lower-case or compact form
-(``drained*``, which is what sinfo prints) or a value cut off is an error, never "not drained".
+(``drained*``, which is what sinfo prints) or a value cut off is an error, never "not drained". Slurm ends
+every line with a newline and every multi-line record with a blank line: output without them was cut
+short (a ``Reason=`` cut before its ``[user@time]`` would name no owner) and is an error too.
 """
 
 from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short
 
 # node_states[] of Slurm 21.08 .. 25.11 (NODE_STATE_BASE). "INVALID" (a base Slurm has no name for) is refused.
 BASE_STATES = frozenset(("IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"))
@@ -54,6 +56,7 @@ _REASON_BY = re.compile(r" \[(?P<user>[^\s@\[\]]+)@(?P<time>\d{4}-\d\d-\d\dT\d\d
 _REASON_LINE_BREAK = re.compile(r"\n[ \t]*| {8,}")
 _JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9A-Za-z_\[\]\-,%+]+)?")
 _USER = re.compile(r"[^\s,]+")
+_LAST_KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z][A-Za-z0-9_:]*)=")
 _SLURM_USER = re.compile(r"(?m)^SlurmUser\s*=\s*(?P<name>[^\s(]+)\((?P<uid>[0-9]+)\)[ \t]*$")
 
 
@@ -93,8 +96,23 @@ def drain_state(base, flags):
 
 def parse_show_nodes(text):
     """Every node record of ``scontrol show node [-o]`` output, as a list of dicts (see parse_show_node)."""
-    records = re.split(r"(?m)^(?=NodeName=)", text or "")
-    return [_parse_record(record) for record in records if record.strip()]
+    text = text or ""
+    records = [record for record in re.split(r"(?m)^(?=NodeName=)", text) if record.strip()]
+    nodes = [_parse_record(record) for record in records]  # first: their errors name a field cut ("State=IDLE+DR")
+    cut = cut_line(text)
+    if cut and cut.strip():
+        # A value on it may be cut short: "Reason=ticket 12" without its " [alice@...]" would name no owner.
+        keys = _LAST_KEY.findall(cut)
+        field = "Reason=" if "Reason" in keys else (f"{keys[-1]}=" if keys else "the node record")
+        raise cut_short("scontrol show node", f"{field} of node {nodes[-1]['name']}" if nodes else field, cut)
+    for node, record in zip(nodes, records):
+        # The multi-line form ends a record with a blank line: without it, later lines (of a reason) may be missing.
+        if "\n" in record.strip("\n") and not record.endswith("\n\n"):
+            raise ParseError(
+                f"scontrol show node: the record of node {node['name']} does not end with the blank line scontrol prints "
+                "after it: the output was cut short, read it again whole"
+            )
+    return nodes
 
 
 def parse_show_node(text):
@@ -198,6 +216,9 @@ def _count(fields, key, name):
 
 def parse_squeue(text):
     """``squeue -h -o %i,%u,%j`` -> ``[{"id", "user", "name"}]`` (a job name may hold commas)."""
+    cut = cut_line(text)
+    if cut and cut.strip():
+        raise cut_short("squeue", "the last job", cut)  # a job id, user or name cut short, or a job missing
     jobs = []
     for line in (text or "").splitlines():
         if not line.strip():

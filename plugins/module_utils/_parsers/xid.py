@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import whole_lines
+
 # The part every Xid/SXid line shares; what follows the number is the message. Every quantifier
 # that a search restarts at each "Xid (" of a line is bounded (a location is "PCI:0000:01:00 GPU-I:05"),
 # so a line of repeated "Xid (" costs linear time, not quadratic.
@@ -111,11 +113,13 @@ def parse_kernel_log(text):
     "timestamp": str | None}``. ``pci_bus_id`` is as printed without the ``PCI:`` prefix
     (``"0000:a1:00"``; SXid lines carry the function, ``"0000:05:00.0"``); compare ids with
     :func:`normalize_pci_bus_id`. ``pid`` and ``process`` are None where the driver printed
-    ``<unknown>`` or nothing. Lines that are not Xid lines are ignored, and so is a line that
-    looks like one but whose code is not an integer. Never raises on odd input.
+    ``<unknown>`` or nothing. Lines that are not Xid lines are ignored, as is a line that looks
+    like one but whose code is not an integer, and a last line that no newline ends: it may be cut
+    short (``Xid 7`` of ``Xid 79``, half a PCI bus id), and the next read has it whole. Never raises
+    on odd input.
     """
     events = []
-    for line in (text or "").splitlines():
+    for line in whole_lines(text).splitlines():
         if "Xid" not in line:
             continue
         event = _parse_line(line.rstrip())

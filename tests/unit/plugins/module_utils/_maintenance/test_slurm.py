@@ -75,7 +75,7 @@ def node_from(name):
 
 def state(text, reason=None, user="root"):
     tail = f" Reason={reason} [{user}@2026-11-30T15:38:31]" if reason is not None else ""
-    return parse_show_node(fixture("show_node_idle.txt").rstrip("\n").replace(" State=IDLE ", f" State={text} ") + tail)
+    return parse_show_node(fixture("show_node_idle.txt").rstrip("\n").replace(" State=IDLE ", f" State={text} ") + tail + "\n")
 
 
 JUDGED = [

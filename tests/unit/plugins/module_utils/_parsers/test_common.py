@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, driver_version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short, driver_version, whole_lines
 
 
 @pytest.mark.parametrize("value", ["550.90.07", "535.161.08", "418.226.00"])
@@ -25,3 +25,27 @@ def test_two_parts_are_whole_only_when_the_tool_printed_what_follows(value):
 def test_not_whole(value):
     with pytest.raises(ParseError, match="tool: field"):
         driver_version(value, "tool", "field", terminated=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "cut", "whole"),
+    [
+        ("a\nXid 7", "Xid 7", "a\n"),
+        ("a\nb\n", None, "a\nb\n"),
+        ("a\r\nb\r", None, "a\r\nb\r"),
+        ("a\rb", "b", "a\r"),
+        ("only", "only", ""),
+        ("a\n  ", "  ", "a\n"),
+        ("", None, ""),
+        (None, None, ""),
+    ],
+)
+def test_cut_line_and_whole_lines(text, cut, whole):
+    assert cut_line(text) == cut
+    assert whole_lines(text) == whole
+
+
+def test_cut_short_names_tool_field_and_line():
+    error = cut_short("squeue", "the last job", "123,ali")
+    assert isinstance(error, ParseError)
+    assert str(error) == "squeue: the output was cut short in the last job (its last line '123,ali' has no newline): read it again whole"

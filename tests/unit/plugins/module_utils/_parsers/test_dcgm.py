@@ -486,3 +486,56 @@ def test_odd_json_is_a_parse_error_not_a_crash(document):
         assert str(exc).startswith("dcgmi diag")
         return
     assert result["result"] in ("pass", "fail", "warn", "skip")
+
+
+# A last line without its newline (output cut short).
+
+
+def _cuts_in_line(text, needle):
+    start = text.index(needle)
+    return [text[:end] for end in range(start + 1, text.index("\n", start))]
+
+
+def test_diag_row_cut_short_is_not_read():
+    # "Error using CUDA API cudaMalloc; che" was kept as GPU1's warning; "GPU1: Fa" of a failing row likewise.
+    text = _read(OWN / "dcgm" / "diag_r2_memory-fail-gpu1_dcgm4-layout.txt")
+    for prefix in _cuts_in_line(text, "| Warning: GPU1"):
+        memory = _tests(dcgm.parse_diag(prefix))["memory"]
+        assert (memory["result"], memory["gpus"], memory["warnings"]) == ("fail", {0: "pass", 1: "fail"}, []), prefix[-60:]
+
+
+def test_diag_split_gpu_list_cut_short_is_not_read():
+    # DCGM 3.x "Pass - GPUs: 0, 1, 3" cut to "Pass - GPUs: 0": GPUs 1 and 3 would be missing from the list.
+    text = _read(OWN / "dcgm" / "diag_r3_mixed_fail-warn-skip_dcgm3-layout.txt")
+    start = text.index("| Targeted Power")
+    without = dcgm.parse_diag(text[:start])
+    for end in range(start + 1, text.index("\n", start)):
+        assert dcgm.parse_diag(text[:end]) == without, text[start:end]
+
+
+def test_nvlink_status_cut_in_a_link_list_is_an_error():
+    # "U U" of twelve links: GPU 7 with two links up and ten missing.
+    text = _real("dcgmi/dcgmi_nvlink_s_8GPU-12links_no-nvswitch_gcm-docstring.txt")
+    start = text.index("gpuId 7:")
+    for end in range(start + 1, text.index("NvSwitches:") - 1):
+        if text[end - 1] != "\n" and text[: end].rsplit("\n", 1)[-1].strip():
+            with pytest.raises(ParseError, match=r"^dcgmi nvlink -s: the output was cut short in the (links of GPU [67]|GPU list) \(its last line"):
+                dcgm.parse_nvlink_status(text[:end])
+
+
+def test_nvlink_errors_counter_cut_short_is_not_read():
+    text = "+-----+-----+\n| NVLINK Error Counts |\n+-----+-----+\n| GPU 0 |  |\n| Link 0 |  |\n| -> CRC FLIT Error | 123 |\n"
+    assert dcgm.parse_nvlink_errors(text) == {0: {0: {"crc_flit": 123}}}
+    for end in range(text.index("| -> CRC"), len(text) - 1):
+        assert dcgm.parse_nvlink_errors(text[:end]) == {0: {0: {}}}, text[:end]
+
+
+def test_discovery_row_cut_short_is_an_error():
+    # "Device UUID: GPU-4f2c" of the last GPU, or "Name: " with the name cut away.
+    text = _real("empovit_nvidia-tools/dcgmi/samples/dcgmi-discovery.log")
+    last = text.rindex("Device UUID:")
+    for end in range(text.rindex("| 7 ") + 1, text.index("\n", last)):
+        if text[end - 1] != "\n" and text[: end].rsplit("\n", 1)[-1].strip():
+            with pytest.raises(ParseError, match=r"^dcgmi discovery -l: the output was cut short in the GPU table"):
+                dcgm.parse_discovery(text[:end])
+    assert dcgm.parse_discovery(text[: text.index("\n", last) + 1])[-1]["uuid"].startswith("GPU-")

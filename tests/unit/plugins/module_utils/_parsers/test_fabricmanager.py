@@ -177,3 +177,33 @@ def test_mismatch_with_typographic_apostrophe(apostrophe):
     assert (result["driver_version"], result["fabricmanager_version"]) == ("550.120", "550.127.05")
     assert result["message"].startswith(f"fabric manager NVIDIA GPU driver interface version 550.127.05 don{apostrophe}t match")
     assert parse_start_failure(text)["reason"] == "version_mismatch"
+
+
+MISMATCH_LOG = (
+    "Nov 05 13:55:25 node1 systemd[1]: Starting NVIDIA fabric manager service...\n"
+    "Nov 05 13:55:26 node1 nv-fabricmanager[104230]: fabric manager NVIDIA GPU driver interface version 550.127.05 "
+    "don't match with driver version 550.120. Please update with matching NVIDIA driver package.\n"
+)
+
+
+def test_a_cut_last_line_is_no_message():
+    """A log cut inside its last line: no mismatch or failure is read from it (its message would be cut short)."""
+    start = MISMATCH_LOG.index("\n") + 1
+    for end in range(start + 1, len(MISMATCH_LOG) - 1):
+        assert parse_mismatch(MISMATCH_LOG[:end]) is None, MISMATCH_LOG[:end]
+        assert parse_start_failure(MISMATCH_LOG[:end]) is None, MISMATCH_LOG[:end]
+    assert parse_mismatch(MISMATCH_LOG)["message"].endswith("Please update with matching NVIDIA driver package.")
+
+
+@pytest.mark.parametrize("path", real_params("fabricmanager/fm_*"))
+def test_real_log_cut_in_its_failure_line_reads_only_whole_lines(path):
+    # "...Nothing to do [NV_WARN_NOTHING_TO_DO" of "...[NV_WARN_NOTHING_TO_DO]": the message of the whole line or nothing.
+    text = _read(path)
+    whole = parse_start_failure(text)
+    if whole is None:
+        pytest.skip(f"{path.name}: no failure in it")
+    line = next(line for line in text.splitlines(keepends=True) if whole["message"] in line)
+    start = text.index(line)
+    for end in range(start + 1, start + len(line) - 1):
+        result = parse_start_failure(text[:end])
+        assert result is None or result["message"] in text[:start], text[start:end]

@@ -114,3 +114,11 @@ def test_repaints_without_line_breaks_are_each_read(separator):
 def test_repaint_cut_before_its_last_temperature_keeps_the_previous_one():
     text = _REPAINT + "\r" + _REPAINT.replace("errors: 0 - 1", "errors: 5 - 1")[:-8]
     assert [gpu["errors"] for gpu in gpuburn.parse(text)["gpus"]] == [0, 1]
+
+
+@pytest.mark.parametrize("end", range(len(_REPAINT) - len("82 C "), len(_REPAINT) - len(" ")))
+def test_repaint_cut_inside_its_last_temperature_keeps_the_previous_one(end):
+    # "temps: 62 C - 8" of 82 C was read as GPU 1 at no temperature, with the cut repaint's error count (5).
+    text = _REPAINT + "\r" + _REPAINT.replace("errors: 0 - 1", "errors: 0 - 5")[:end]
+    parsed = gpuburn.parse(text)
+    assert [(gpu["errors"], gpu["temp_c"]) for gpu in parsed["gpus"]] == [(0, 62), (1, 82)]

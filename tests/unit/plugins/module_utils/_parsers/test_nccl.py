@@ -19,6 +19,10 @@ def _own(name):
     return (OWN / "nccl" / name).read_text(encoding="utf-8")
 
 
+def _own_validate(name):
+    return (OWN / "validate" / name).read_text(encoding="utf-8")
+
+
 def test_old_format_superbench():
     parsed = nccl.parse_tests(_real("nccl-tests/all_reduce_perf_1proc_8xA100-SXM4-40GB_OLD-format_superbench.log"))
     assert parsed["avg_busbw_gbps"] == 68.4048
@@ -156,3 +160,24 @@ def test_every_nccl_file_parses_or_raises_parse_error(path):
     except ParseError:
         return
     assert runs
+
+
+def test_avg_bus_bandwidth_cut_short_is_not_read():
+    # "# Avg bus bandwidth    : 353.6" of 353.642 (or "3" of it) passed as the run's bandwidth.
+    text = _own_validate("all_reduce_perf_2gpu_1G-8G.txt")
+    start = text.index("# Avg bus bandwidth")
+    for end in range(start + 1, text.index("\n", start)):
+        parsed = nccl.parse_tests(text[:end])
+        assert parsed["avg_busbw_gbps"] is None, text[start:end]
+        assert len(parsed["rows"]) == 4
+    assert nccl.parse_tests(text[: text.index("\n", start) + 1])["avg_busbw_gbps"] == 353.642
+
+
+def test_last_row_cut_in_its_wrong_count_is_not_read():
+    # "#wrong 1" of 12 in the last row of a log cut there: one wrong element where there were twelve.
+    text = _own_validate("all_reduce_perf_2gpu_1G-8G.txt")
+    row_end = text.index("\n", text.index("  8589934592"))
+    text = text[: row_end - 1] + "12" + text[row_end:]
+    assert nccl.parse_tests(text)["wrong"] == 12
+    parsed = nccl.parse_tests(text[: row_end])  # "... 354.78      1"
+    assert (parsed["wrong"], len(parsed["rows"])) == (0, 3)

@@ -85,3 +85,21 @@ def test_output_that_is_not_a_link_list_raises_parse_error_naming_the_tool(text,
 def test_a_link_value_that_is_not_a_speed_is_down_not_up():
     gpus = parse_status("GPU 0: H100 (UUID: GPU-a)\n\t Link 0: 26.562 GB/s trailing\n\t Link 1: Disabled\n")
     assert [(link["up"], link["raw"]) for link in gpus[0]["links"]] == [(False, "26.562 GB/s trailing"), (False, "Disabled")]
+
+
+def test_a_cut_speed_is_an_error_not_a_link_down():
+    # "Link 0: 26.5" of 26.562 GB/s read as a link that does not print its speed: down.
+    text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5c0b6e0e-8b8f-4c4b-9a53-0f1b2e1c3d4e)\n\t Link 0: 26.562 GB/s\n"
+    for end in range(text.index("Link 0:") + len("Link 0"), len(text) - 1):
+        with pytest.raises(ParseError, match=r"^nvidia-smi nvlink -s: the output was cut short in link 0 of GPU 0 \(its last line"):
+            parse_status(text[:end])
+    assert parse_status(text)[0]["links"] == [{"link": 0, "up": True, "gbps": 26.562, "raw": "26.562 GB/s"}]
+
+
+def test_every_prefix_that_ends_inside_a_line_is_an_error():
+    # A cut UUID ("GPU-7d1e") or a GPU line whose links are missing is no GPU to judge either.
+    text = (OWN / "nvsmi_nvlink_s_2gpu_gpu1-link1-inactive.txt").read_text()
+    for end in range(1, len(text)):
+        if text[: end].rsplit("\n", 1)[-1].strip():
+            with pytest.raises(ParseError, match=r"^nvidia-smi nvlink -s: the output was cut short in (GPU|link \d of GPU|the lines of GPU|its first line)"):
+                parse_status(text[:end])

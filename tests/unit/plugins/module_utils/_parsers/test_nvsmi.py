@@ -974,11 +974,16 @@ def test_parse_query_csv_netdata_p100(real_dir):
         "clocks.current.memory": 715,
         "clocks.current.video": 835,
     }
+    # Saved without the newline nvidia-smi ends every row with: its last value may be cut short (835 of 8350).
+    assert not text.endswith("\n")
+    with pytest.raises(ParseError, match=r"^nvidia-smi --query-gpu: the output was cut short in 'clocks.current.video' of the last row"):
+        nvsmi.parse_query_csv(text, fields)
+    text += "\n"
     assert nvsmi.parse_query_csv(text, fields) == [expected]
     # the header (with " [MiB]" units) names the fields when none are given
     assert nvsmi.parse_query_csv(text) == [expected]
     # noheader form: the data line alone
-    assert nvsmi.parse_query_csv(text.splitlines()[1], fields) == [expected]
+    assert nvsmi.parse_query_csv(text.splitlines(keepends=True)[1], fields) == [expected]
 
 
 SPLIT_CSV = {
@@ -1304,3 +1309,39 @@ def test_inforom_image_version_from_xml_and_text(real_dir):
     split = real_dir / "nvgpuexp_captures" / "split_h100-80gb-hbm3__590.48.01" / "h100-80gb-hbm3__590.48.01__idle-query-q.txt"
     text = nvsmi.parse_query_text(split.read_text())
     assert {g["inforom_version"] for g in text["gpus"]} == {"G520.0200.00.05"}
+
+
+# --------------------------------------------------------------------------- output cut short
+
+
+def test_query_text_cut_inside_a_line_is_an_error_not_a_shorter_value():
+    """A UUID, a PCI bus id or a temperature cut short ('GPU-aaaa', '00000000:3B:0', '3' of 35 C) is no value."""
+    text = _read(OWN / "nvsmi" / "q_2gpu_old-ecc-layout_throttle.txt")
+    for label in ("GPU UUID", "Bus Id", "GPU Current Temp"):
+        start = text.index(label)
+        line_end = text.index("\n", start)
+        for end in range(text.index(": ", start) + 3, line_end):
+            with pytest.raises(ParseError, match=rf"^nvidia-smi -q: the output was cut short in '{label}' \(its last line"):
+                nvsmi.parse_query_text(text[:end])
+        nvsmi.parse_query_text(text[: line_end + 1])  # the line with its newline is whole
+
+
+APPS = ["pid", "process_name", "gpu_uuid", "used_memory"]
+UUID_A = "GPU-5c0b6e0e-8b8f-4c4b-9a53-0f1b2e1c3d4e"
+UUID_B = "GPU-7d1e2f30-4a5b-4c6d-8e9f-a0b1c2d3e4f5"
+
+
+@pytest.mark.parametrize(
+    ("parse", "fields", "text"),
+    [
+        (nvsmi.parse_query_csv, ["index", "uuid", "clocks.sm"], f"0, {UUID_A}, 8350\n1, {UUID_B}, 83"),
+        (nvsmi.parse_query_csv, ["index", "clocks.sm", "uuid"], f"0, 8350, {UUID_A}\n1, 8350, {UUID_B[:18]}"),
+        (nvsmi.parse_query_csv, ["index", "clocks.sm", "pci.bus_id"], "0, 8350, 00000000:3B:00.0\n1, 8350, 00000000:5E:0"),
+        (nvsmi.parse_compute_apps_csv, APPS, f"4242, python, {UUID_A}, 1024\n4243, python, {UUID_A}, 10"),
+    ],
+)
+def test_csv_row_cut_short_is_an_error(parse, fields, text):
+    """The last value of a cut row looks whole: 83 of 8350 MHz, half a UUID or PCI bus id, 10 of 1024 MiB."""
+    with pytest.raises(ParseError, match=rf"^nvidia-smi --query-[a-z-]+: the output was cut short in '{fields[-1]}' of the last row"):
+        parse(text, fields)
+    assert len(parse(text + "\n", fields)) == 2  # the same row with its newline is whole

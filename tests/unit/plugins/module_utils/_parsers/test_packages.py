@@ -92,3 +92,22 @@ def test_parsers_are_linear_in_their_input():
     assert len(parse_dpkg_query(lines)) == 20000
     with pytest.raises(ParseError):
         parse_dpkg_query("a" * 200000 + " x\n")
+
+
+@pytest.mark.parametrize(
+    ("parse", "name", "tool", "what"),
+    [
+        (parse_dpkg_query, "dpkg_query_535_held.txt", "dpkg-query", "the last package"),
+        (lambda text: parse_rpm_query(text, RPM_NAMES), "rpm_q_535.txt", "rpm -q", "the last package"),
+        (parse_versionlock_list, "dnf_versionlock_list_535.txt", "dnf versionlock list", "the last lock entry"),
+    ],
+    ids=["dpkg-query", "rpm", "versionlock"],
+)
+def test_last_line_cut_short_is_an_error(parse, name, tool, what):
+    # rpm "nvidia-fabricmanager 535.161" of 535.161.08, a lock "nvidia-fabricmanager-535.16": versions that look whole.
+    text = (DRIVER / name).read_text()
+    start = text.rstrip("\n").rindex("\n") + 1
+    for end in range(start + 1, len(text) - 1):
+        with pytest.raises(ParseError, match=rf"^{tool}: the output was cut short in {what} \(its last line"):
+            parse(text[:end])
+    assert parse(text)

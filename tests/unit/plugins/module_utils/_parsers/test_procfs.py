@@ -299,3 +299,65 @@ def test_container_cli_cut_at_any_character_is_never_a_shorter_version(real_dir)
 def test_lsmod_used_by_after_a_long_run_of_spaces():
     line = "nvidia_uvm           1437696  2" + " " * 5000 + "nvidia_peermem\n"
     assert parse_lsmod(line)["nvidia_uvm"]["used_by"] == ["nvidia_peermem"]
+
+
+# ---- a last line without its newline (cut short) ----
+
+
+def _line_cuts(text, needle):
+    """Every prefix of text that ends inside the line holding needle, after its start."""
+    start = text.index(needle)
+    end = text.find("\n", start)
+    return [text[:cut] for cut in range(start + len(needle), end if end >= 0 else len(text))]
+
+
+def test_driver_version_line_cut_in_its_build_date_is_an_error():
+    # "...535.161.08  Tue Mar  5 22" read with build_date "Tue Mar  5 22".
+    text = (OWN / "procfs" / "proc_version_proprietary_535.161.08.txt").read_text()
+    for prefix in _line_cuts(text, "535.161.08"):
+        with pytest.raises(ParseError, match=r"^/proc/driver/nvidia/version: the output was cut short in the build date of the NVRM version line"):
+            parse_driver_version(prefix)
+
+
+def test_driver_version_gcc_line_cut_is_left_out():
+    text = (OWN / "procfs" / "proc_version_proprietary_535.161.08.txt").read_text()
+    for prefix in _line_cuts(text, "GCC version:"):
+        assert parse_driver_version(prefix) == dict(parse_driver_version(text), compiler=None)
+
+
+@pytest.mark.parametrize(("needle", "key"), [("license:", "license"), ("depends:", "depends"), ("signer:", "signer"), ("firmware:", "firmware")])
+def test_modinfo_field_cut_is_an_error(needle, key):
+    text = (OWN / "procfs" / "modinfo_nvidia_proprietary_535.161.08_signed.txt").read_text()
+    for prefix in _line_cuts(text, needle)[1:]:
+        with pytest.raises(ParseError, match=rf"^modinfo nvidia: the output was cut short in {key}: \(its last line"):
+            parse_modinfo(prefix)
+
+
+def test_modinfo_cut_in_a_line_not_read_changes_nothing():
+    text = (OWN / "procfs" / "modinfo_nvidia_proprietary_535.161.08_signed.txt").read_text()
+    assert parse_modinfo(text[:-10]) == parse_modinfo(text)  # inside the last "parm:" line
+
+
+def test_lsmod_row_cut_is_an_error():
+    # "ipmi_msghandler 77824 3 ipmi_devintf,ipmi_s": a module used by "ipmi_s"; or a count 1 of 12.
+    text = (OWN / "procfs" / "lsmod_nvidia_open_550.txt").read_text()
+    for prefix in _line_cuts(text, "ipmi_msghandler"):
+        with pytest.raises(ParseError, match=r"^lsmod: the output was cut short in module 'ipmi_msghandler' \(its last line"):
+            parse_lsmod(prefix)
+
+
+@pytest.mark.parametrize("needle", ["Bus Location:", "GPU UUID:", "GPU Excluded:"])
+def test_gpus_information_field_cut_is_an_error(needle):
+    # "Bus Location: 0000:18:0", "GPU UUID: GPU-5e3b", "GPU Excluded: N" (read as not excluded).
+    text = (OWN / "procfs" / "gpus_information_h100_550.90.07.txt").read_text()
+    for prefix in _line_cuts(text, needle):
+        with pytest.raises(ParseError, match=rf"^/proc/driver/nvidia/gpus/\*/information: the output was cut short in {needle} \(its last line"):
+            parse_gpus_information(prefix)
+
+
+def test_container_cli_field_cut_is_an_error(real_dir):
+    text = _read(real_dir / "proc-driver/nvidia-container-cli_info_525.105.17_gtx1070.txt")
+    for needle, key in (("CUDA version:", "CUDA version"), ("Bus Location:", "Bus Location"), ("GPU UUID:", "GPU UUID")):
+        for prefix in _line_cuts(text, needle):
+            with pytest.raises(ParseError, match=rf"^nvidia-container-cli info: the output was cut short in {key}: \(its last line"):
+                parse_container_cli_info(prefix)

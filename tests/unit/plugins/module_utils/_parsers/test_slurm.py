@@ -138,6 +138,8 @@ def test_truncated_state_is_an_error_not_in_service():
     assert cut.endswith("State=IDLE+DRAIN Threa")
     with pytest.raises(ParseError, match="cut off"):
         parse_show_node(cut)
+    with pytest.raises(ParseError, match="cut off"):
+        parse_show_node(cut + "\n")  # a newline added after the cut: the fields still show it
 
 
 @pytest.mark.parametrize("cut_after", ["State=IDLE+DRAIN", "State=IDLE+DR", "State=IDLE"])
@@ -146,6 +148,38 @@ def test_output_cut_in_or_right_after_the_state_is_an_error(cut_after):
     cut = text[: text.index("State=") + len(cut_after)]
     with pytest.raises(ParseError):
         parse_show_node(cut)
+
+
+def test_reason_cut_before_its_owner_is_an_error_not_a_reason_without_owner():
+    # "Reason=hw ticket 123" cut before " [root@2026-...]": read as a reason nobody set, it could pass for ours.
+    text = fixture("show_node_idle_drain_others.txt")
+    for end in range(text.index("Reason=") + len("Reason="), len(text) - 1):
+        with pytest.raises(ParseError, match=r"^scontrol show node: the output was cut short in Reason= of node idle-01 \(its last line"):
+            parse_show_nodes(text[:end])
+    assert parse_show_node(text)["reason_user"] == "root"
+
+
+@pytest.mark.parametrize("name", sorted(REAL_NODES))
+def test_every_prefix_of_a_record_is_an_error(name):
+    # A cut in a field the record check sees ("State=IDLE+DR") says so; any other cut, in BootTime= or Reason=, too.
+    text = fixture(name)
+    for end in range(1, len(text) - 1):
+        if text[end - 1] != "\n":
+            with pytest.raises(ParseError, match=r"^scontrol show node: "):
+                parse_show_nodes(text[:end])
+
+
+@pytest.mark.parametrize("name", ["show_node_multiline_idle_drain_multiline_reason.txt", "show_node_multiline_mixed_drain.txt"])
+def test_multi_line_record_cut_at_a_line_end_is_an_error(name):
+    # Cut after "Reason=gpufleet:r1: upgrade [root@...]\n": the reason's second line ("keep out, bob") is missing.
+    text = fixture(name)
+    assert text.endswith("\n\n")
+    for end in [match.end() for match in re.finditer("\n", text)][:-1]:
+        # Before State= ... ThreadsPerCore= the record check names what is missing; after it, the blank line does.
+        message = "does not end with the blank line scontrol prints" if end > text.index("ThreadsPerCore=") else "no State="
+        with pytest.raises(ParseError, match=message):
+            parse_show_nodes(text[:end])
+    assert [node["name"] for node in parse_show_nodes(text + text)] == [parse_show_node(text)["name"]] * 2
 
 
 # --- state strings -------------------------------------------------------------------------------------
@@ -205,7 +239,7 @@ def test_unknown_flag_in_a_record_is_an_error_not_in_service():
 
 def test_missing_state_is_a_parse_error():
     with pytest.raises(ParseError, match="no State= for node n1"):
-        parse_show_node("NodeName=n1 CPUAlloc=0")
+        parse_show_node("NodeName=n1 CPUAlloc=0\n")
 
 
 def test_counts_that_are_not_numbers_are_errors():
@@ -274,7 +308,15 @@ def test_squeue_job_name_with_commas_and_empty():
 @pytest.mark.parametrize("line", ["garbage", ",bob,x", "12,,x", "x12,bob,train", "12 ,bob,x"])
 def test_squeue_bad_lines(line):
     with pytest.raises(ParseError, match="squeue"):
-        parse_squeue(line)
+        parse_squeue(line + "\n")
+
+
+@pytest.mark.parametrize("cut", ["12", "123,ali", "123,alice,tra", "123,alice,train"])
+def test_squeue_cut_last_line_is_an_error(cut):
+    # "12" of job 123, "ali" of alice: a job with another id or owner, or (dropped) a node that looks free.
+    with pytest.raises(ParseError, match=r"^squeue: the output was cut short in the last job \(its last line"):
+        parse_squeue("7,bob,x\n" + cut)
+    assert parse_squeue("7,bob,x\n123,alice,train\n")[1] == {"id": "123", "user": "alice", "name": "train"}
 
 
 def test_slurm_user_from_show_config():

@@ -185,8 +185,26 @@ def test_odd_input_gives_no_events(text):
 
 
 def test_unclosed_timestamp_bracket_keeps_the_event():
-    (event,) = parse_kernel_log("[24128.828315 NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000000 intr 00004000")
+    (event,) = parse_kernel_log("[24128.828315 NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000000 intr 00004000\n")
     assert (event["xid"], event["timestamp"], event["message"]) == (32, None, "Channel ID 00000000 intr 00004000")
+
+
+CUT_LOG = (
+    "[Fri Apr  5 21:29:31 2024] NVRM: Xid (PCI:0000:52:00): 48, pid=1234, name=python3, An uncorrectable double bit error\n"
+    "[Fri Apr  5 21:29:39 2024] NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+)
+
+
+@pytest.mark.parametrize("end", range(CUT_LOG.index("\n") + 1, len(CUT_LOG) - 1))
+def test_a_last_line_without_its_newline_is_no_event(end):
+    """A log cut inside its last line ("Xid (PCI:0000:a1:00): 7" of 79, "PCI:0000:a", half a message) keeps only the whole lines."""
+    assert [(event["xid"], event["pci_bus_id"]) for event in parse_kernel_log(CUT_LOG[:end])] == [(48, "0000:52:00")]
+    assert parse_kernel_log(CUT_LOG[:end])[0] == parse_kernel_log(CUT_LOG)[0]
+
+
+def test_the_last_line_counts_once_its_newline_is_there():
+    assert [event["xid"] for event in parse_kernel_log(CUT_LOG)] == [48, 79]
+    assert [event["xid"] for event in parse_kernel_log(CUT_LOG.replace("\n", "\r\n"))] == [48, 79]
 
 
 def test_summarize_counts_by_kind():
