@@ -224,7 +224,18 @@ class NicFirmware:
                     stderr=err,
                 ) from exc
             devices = []
-            for record in records:
+            seen = {}
+            for index, record in enumerate(records):
+                # One device listed twice would be planned, and burnt, twice in one run: the report contradicts itself.
+                key = (record.get("pci_address") or record.get("pci") or "").lower()
+                if key and key in seen:
+                    raise MlxFwError(
+                        f"mlxfwmanager --query lists device {record.get('pci_address') or record.get('pci')} twice (devices {seen[key] + 1} "
+                        f"and {index + 1} of its report): the report is not trusted and nothing was changed. Run mlxfwmanager --query "
+                        "on the node and check its MFT installation (mst status)",
+                        cmd=self.counter.commands[-1], rc=rc, stdout=out, stderr=err,
+                    )
+                seen[key] = index
                 readable = not record.get("query_failed") and record.get("psid") and record.get("fw_current")
                 devices.append(
                     {

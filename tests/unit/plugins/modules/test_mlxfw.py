@@ -539,3 +539,13 @@ def test_mlxfwmanager_without_a_report_fails_with_its_output(tmp_path, commands,
     assert "Nothing was changed" in result["msg"]
     assert (result["rc"], result["cmd"][-3:]) == (1, ["--query", "--query-format", "XML"])
     assert not any(argv[-1] == "burn" for argv in node.argvs())
+
+
+def test_a_device_listed_twice_by_mlxfwmanager_is_refused_not_burnt_twice(tmp_path, commands, monkeypatch, run_module):
+    """mlxfwmanager's report names one device twice: it was planned, and burnt, twice in one run."""
+    node = Nics(tmp_path, commands, monkeypatch, [cx7(), cx7()])
+    path, checksum = node.image(CX7, "28.43.1014")
+    result = run_module(mlxfw.main, args(node, path, checksum))
+    assert result["failed"] and f"mlxfwmanager --query lists device {MST0} twice (devices 1 and 2 of its report)" in result["msg"], result
+    assert "nothing was changed" in result["msg"]
+    assert not any(argv[-1] == "burn" for argv in node.argvs())
