@@ -77,6 +77,8 @@ def _check_report(report):
     for i, record in enumerate(report["nodes"]):
         if not isinstance(record, dict):
             raise RehearsalError(f"the report's nodes[{i}] must be a mapping, got {type(record).__name__}")
+        if not isinstance(record.get("name"), str):
+            raise RehearsalError(f"the report's nodes[{i}].name must be a node name (a string), got {type(record.get('name')).__name__}")
         if record.get("name") in seen:
             raise _node_error(record.get("name"), "name", "is in the report twice; a report holds each node once")
         seen.add(record.get("name"))
@@ -251,7 +253,10 @@ def _node(record, bom, host_vars, notes):
         raise _node_error(name, "hardware", "missing: the report was written before the audit kept what it read of each node; audit again")
     model, count, vbios = _gpus(name, hardware, bom)
     driver, flavor = _driver(name, hardware)
-    nvswitch = bool((hardware.get("nvswitch") or {}).get("present"))
+    switches = hardware.get("nvswitch") or {}
+    if not isinstance(switches, dict):
+        raise _node_error(name, "hardware.nvswitch", f"must be a mapping (with 'present'), got {type(switches).__name__}")
+    nvswitch = bool(switches.get("present"))
     fm_version, fm_running = _fabricmanager(name, hardware)
     kernel = hardware.get("kernel")
     if not isinstance(kernel, str) or not _KERNEL.fullmatch(kernel):
