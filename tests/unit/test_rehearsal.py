@@ -211,8 +211,10 @@ REFUSALS = {
     "a SKU's BOM that is no mapping": (lambda d: d["boms"].update(hgx_b200="570.133.20"), r"the report's boms\['hgx_b200'\] must be a mapping"),
     "a node entry that is no mapping": (lambda d: d["nodes"].append("h100-99"), r"the report's nodes\[16\] must be a mapping, got str"),
     "a node twice": (lambda d: d["nodes"].append(copy.deepcopy(node(d, "l40s-01"))), r"node 'l40s-01', name: is in the report twice"),
-    "a node name that is a list": (lambda d: node(d, "l40s-01").update(name=["l40s-01"]), r"the report's nodes\[\d+\]\.name must be a node name \(a string\), got list"),
-    "NVSwitches that are no mapping": (_set(("b200-02", "hardware", "nvswitch"), 5), r"node 'b200-02', hardware.nvswitch: must be a mapping \(with 'present'\), got int"),
+    "a node name that is a list": (lambda d: node(d, "l40s-01").update(name=["l40s-01"]),
+                                   r"the report's nodes\[\d+\]\.name must be a node name \(a string\), got list"),
+    "NVSwitches that are no mapping": (_set(("b200-02", "hardware", "nvswitch"), 5),
+                                       r"node 'b200-02', hardware.nvswitch: must be a mapping \(with 'present'\), got int"),
     "a SKU of two shapes": (lambda d: node(d, "h100-02")["hardware"].update(gpu_count=4, gpus=node(d, "h100-02")["hardware"]["gpus"][:4]),
                             r"node 'h100-02', SKU hgx_h100: gpu_count: 4, but h100-01 of the same SKU has 8"),
 }
