@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd_plan
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvfwupd as parsers
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.lock import ROLLOUT_ID  # the rollout's own rule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Nvfwupd, ToolError, check_timeout
 
 COMPONENT = "gpu_firmware"
@@ -37,7 +38,6 @@ FORCE_UPDATE_TIMEOUT = 120  # force_update disable runs after the update's deadl
 _HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _AP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # the rule of rollout_state, slurm_node and slurm_capacity
 # What reading a tool's output can raise besides a ParseError: json.loads raises RecursionError on deep nesting.
 UNREADABLE = (ValueError, UnicodeError, RecursionError)
 INVENTORY_URI = "/redfish/v1/UpdateService/FirmwareInventory/"

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import INBAND_GPU_FIRMWARE, drift_summary, node_drift, sku_mixed_versions
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import _Checker
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import _Checker, named_entries
 
 REPORT_VERSION = 1
 
@@ -57,21 +57,10 @@ BMC_FIX = "pass the node's entry of bmc_inventory's inventories as registered (d
 
 
 class _Record(_Checker):
-    """rollout_records' checker for ``nodes[index]``: the error names the entry, the node and the field."""
+    """rollout_records' checker for ``nodes[index]``, with the lists and typed fields of gpu_facts."""
 
     def __init__(self, node, index):
-        super().__init__(node, index)
-        self.where = f"nodes[{index}]" + (f" (node {node})" if node else "")
-
-    def fail(self, field, what, fix="pass each node's gpu_facts as registered (the gpufleet.lifecycle.audit_records filter; docs/audit.md)"):
-        super().fail(field, what, fix)
-
-    def mapping(self, value, field):
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.fail(field, f"must be a mapping, not {type(value).__name__}")
-        return value
+        super().__init__(node, index, "nodes", "pass each node's gpu_facts as registered (the gpufleet.lifecycle.audit_records filter; docs/audit.md)")
 
     def mappings(self, value, field):
         if value is None:
@@ -92,17 +81,7 @@ class _Record(_Checker):
 def validate_records(records):
     """RecordError naming the entry, the node and the field of the first record whose facts or BMC inventory the report
     cannot read (a string where gpu_facts gives a mapping, a number where it gives a version), or of a node given twice."""
-    first = {}
-    for index, record in enumerate(records):
-        name = record.get("name") if isinstance(record, Mapping) else None
-        check = _Record(name if isinstance(name, str) else None, index)
-        if not isinstance(record, Mapping):
-            check.fail("the entry", f"must be a mapping with name and facts, not {type(record).__name__}")
-        check.text(name, "name", optional=False)
-        if name in first:
-            # Counting both would count the node twice; keeping one would hide the other's facts: refuse.
-            check.fail("name", f"{name!r} is given twice (also nodes[{first[name]}])", "give each node once")
-        first[name] = index
+    for record, check in named_entries(records, _Record, "name and facts"):
         check.fields(record, {"sku": TEXT, "error": TEXT}, "")
         bmc = check.mapping(record.get("bmc"), "bmc")
         if bmc.get("entries") is not None and not isinstance(bmc["entries"], list):

@@ -12,6 +12,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.junit import junit_document
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import (
     FAILED_RESULTS,
     RESULTS,
@@ -20,7 +21,6 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout
     validate_records,
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.timeline import render_timeline
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.validation import xml_text
 
 REPORT_VERSION = 1
 # A node is done once the rollout decided about it (skipping it is a decision); not_started is not done.
@@ -550,8 +550,7 @@ def render_junit(report):
     for key, value in total.items():
         suites.set(key, str(value))
     suites.set("time", f"{total_time:.3f}")
-    # A message from a tool can hold control characters (dcgmi's colours, a NUL) that XML forbids: escaped, so CI reads it.
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + xml_text(ET.tostring(suites, encoding="unicode")) + "\n"
+    return junit_document(suites)
 
 
 RENDERERS = {"json": render_json, "markdown": render_markdown, "html": render_html, "junit": render_junit}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import redact_url, secret_in_url, sub_urls
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
@@ -43,6 +44,25 @@ _EPOCH_MIN = 946684800.0  # 2000-01-01
 _EPOCH_MAX = 4102444800.0  # 2100-01-01: beyond it, milliseconds
 
 
+def named_entries(entries, checker, holds, option="nodes"):
+    """``(entry, check)`` for each entry of a list option whose entries are mappings named by ``name``, each named once.
+
+    ``checker(node, index)`` makes the entry's checker; ``holds`` says what an entry holds, for the error. A node given
+    twice is refused: counting both would count it twice, and keeping one would hide the other's data.
+    """
+    first = {}
+    for index, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        check = checker(name if isinstance(name, str) else None, index)
+        if not isinstance(entry, Mapping):
+            check.fail("the entry", f"must be a mapping with {holds}, not {type(entry).__name__}")
+        check.text(name, "name", optional=False)
+        if name in first:
+            check.fail("name", f"{name!r} is given twice (also {option}[{first[name]}])", "give each node once")
+        first[name] = index
+        yield entry, check
+
+
 class RecordError(GpufleetError):
     """A record is not what the rollout writes; nothing was written."""
 
@@ -51,12 +71,23 @@ class RecordError(GpufleetError):
 
 
 class _Checker:
-    def __init__(self, node, index):
-        self.node = node
-        self.where = f"records[{index}]" + (f" (node {node})" if node else "")
+    """Checks the fields of one entry of a list option; each error names the entry, its node, the field and the fix."""
 
-    def fail(self, field, what, fix="pass the records the rollout writes (docs/rollout_report.md)"):
-        raise RecordError(f"{self.where}: {field} {what}: {fix}", node=self.node, field=field)
+    def __init__(self, node, index, option="records", fix="pass the records the rollout writes (docs/rollout_report.md)"):
+        self.node = node
+        self.where = f"{option}[{index}]" + (f" (node {node})" if node else "")
+        self.fix = fix
+
+    def fail(self, field, what, fix=None):
+        raise RecordError(f"{self.where}: {field} {what}: {fix or self.fix}", node=self.node, field=field)
+
+    def mapping(self, value, field):
+        """``value`` as a mapping; None is the empty one."""
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(field, f"must be a mapping, not {type(value).__name__}")
+        return value
 
     def keys(self, value, spec, field):
         """``field`` is a mapping with the keys of ``spec`` (True: required); the error names the first bad key as the field."""

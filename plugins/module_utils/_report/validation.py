@@ -9,38 +9,24 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import RecordError, _Checker
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.junit import junit_document
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import RecordError, _Checker, named_entries
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, PASS, STATUSES, WARN, overall_status, summarize
 
 REPORT_VERSION = 1
 STRAGGLER_NUMBERS = ("value", "median", "deficit_pct", "tolerance_pct")
-# Characters XML 1.0 forbids even as references (ElementTree writes them as they are, and the file does not parse).
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 class _Entry(_Checker):
-    """rollout_records' checker for one entry of ``nodes`` (or ``stragglers``): the error names the entry, the node and the field."""
+    """rollout_records' checker for one entry of ``nodes`` (or ``stragglers``), with numbers."""
 
     def __init__(self, node, index, option="nodes"):
-        super().__init__(node, index)
-        self.where = f"{option}[{index}]" + (f" (node {node})" if node else "")
-        self.fix = (
+        super().__init__(node, index, option, (
             "pass the output of the gpufleet.lifecycle.stragglers filter" if option == "stragglers"
             else "pass each node's registered gpufleet.lifecycle.gpu_validate result (docs/gpu_validate.md)"
-        )
-
-    def fail(self, field, what, fix=None):
-        super().fail(field, what, fix or self.fix)
-
-    def mapping(self, value, field):
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.fail(field, f"must be a mapping, not {type(value).__name__}")
-        return value
+        ))
 
     def number(self, value, field):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -71,17 +57,7 @@ def validate_nodes(records):
     """``records`` with each gpu_validate result checked and its checks completed; RecordError naming the entry, the
     node and the field of the first that is not a gpu_validate result, or of a node given twice."""
     out = []
-    first = {}
-    for index, record in enumerate(records):
-        name = record.get("name") if isinstance(record, dict) else None
-        check = _Entry(name if isinstance(name, str) else None, index)
-        if not isinstance(record, dict):
-            check.fail("the entry", f"must be a mapping with name and result, not {type(record).__name__}")
-        check.text(name, "name", optional=False)
-        if name in first:
-            # Counting both would count the node twice; keeping one would hide the other's run: refuse.
-            check.fail("name", f"{name!r} is given twice (also nodes[{first[name]}])", "give each node once")
-        first[name] = index
+    for record, check in named_entries(records, _Entry, "name and result"):
         result = check.mapping(record.get("result"), "result")
         checks = result.get("checks")
         if checks is not None and not isinstance(checks, list):
@@ -328,19 +304,11 @@ def render_junit(report):
         total["errors"] += 1
     for key, value in total.items():
         suites.set(key, str(value))
-    text = ET.tostring(suites, encoding="unicode")
-    # Only a message or a name can hold one (the markup has none): written as its escape, the file parses.
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + xml_text(text) + "\n"
-
-
-def xml_text(text):
-    """``text`` with each character that XML 1.0 forbids (the control characters but tab, newline and CR) written as its
-    Python escape: ``dcgmi: \\x1b[31mFAIL`` stays readable, and the file parses."""
-    return _NOT_XML.sub(lambda match: ascii(match.group())[1:-1], text)
+    return junit_document(suites)
 
 
 RENDERERS = {"json": render_json, "md": render_markdown, "html": render_html, "junit": render_junit}
 # File name extension of each format.
 EXTENSIONS = {"json": "json", "md": "md", "html": "html", "junit": "junit.xml"}
 
-__all__ = ["EXTENSIONS", "RENDERERS", "STATUSES", "RecordError", "build_report", "xml_text"]
+__all__ = ["EXTENSIONS", "RENDERERS", "STATUSES", "RecordError", "build_report"]

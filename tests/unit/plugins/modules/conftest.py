@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 
 import pytest
 from ansible.module_utils import basic
@@ -136,3 +137,19 @@ def run_module(monkeypatch):
         return caught.value.result
 
     return _run
+
+
+@pytest.fixture
+def replaced(monkeypatch):
+    """The base names of the report files, in the order they were put in place (os.replace of _report/files.py)."""
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import files
+
+    names = []
+    real_replace = files.os.replace
+
+    def recording_replace(src, dst):
+        names.append(os.path.basename(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", recording_replace)
+    return names

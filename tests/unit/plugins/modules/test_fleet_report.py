@@ -221,19 +221,9 @@ def test_a_directory_where_a_report_goes_writes_no_file(tmp_path, run_module, bl
     assert os.listdir(tmp_path / "reports") == [f"fleet-report.{blocked}"]
 
 
-def test_the_json_report_is_written_last(tmp_path, run_module, monkeypatch):
-    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import files
-
-    written = []
-    real_replace = files.os.replace
-
-    def recording_replace(src, dst):
-        written.append(os.path.basename(dst))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(files.os, "replace", recording_replace)
+def test_the_json_report_is_written_last(tmp_path, run_module, replaced):
     run_module(fleet_report.main, args(tmp_path))
-    assert written == ["fleet-report.md", "fleet-report.html", "fleet-report.json"]
+    assert replaced == ["fleet-report.md", "fleet-report.html", "fleet-report.json"]
 
 
 def test_a_secret_in_the_title_or_a_host_name_is_masked_in_every_file(tmp_path, run_module):

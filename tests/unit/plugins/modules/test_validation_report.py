@@ -7,7 +7,6 @@ import os
 import xml.etree.ElementTree as ET
 
 import pytest
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import files
 from ansible_collections.gpufleet.lifecycle.plugins.modules import validation_report
 
 
@@ -166,18 +165,10 @@ def test_a_directory_where_the_junit_file_goes_writes_no_file(run_module, tmp_pa
     assert sorted(os.listdir(tmp_path / "out")) == ["validation-report.junit.xml"]
 
 
-def test_the_json_report_is_written_last(run_module, tmp_path, monkeypatch):
+def test_the_json_report_is_written_last(run_module, tmp_path, replaced):
     """A new JSON report (what tools read) means the Markdown, HTML and JUnit files beside it are new too."""
-    written = []
-    real_replace = files.os.replace
-
-    def recording_replace(src, dst):
-        written.append(os.path.basename(dst))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(files.os, "replace", recording_replace)
     run(run_module, tmp_path)
-    assert written == ["validation-report.md", "validation-report.html", "validation-report.junit.xml", "validation-report.json"]
+    assert replaced == ["validation-report.md", "validation-report.html", "validation-report.junit.xml", "validation-report.json"]
 
 
 def test_junit_with_control_characters_in_messages_is_well_formed(run_module, tmp_path):
