@@ -525,7 +525,8 @@ def _holder_of(path):
             info = json.loads(handle.read(4096).decode("utf-8"))
         pid = int(info["pid"])
         os.kill(pid, 0)  # a recorded holder that is gone is no holder (a plain flock of another tool holds it)
-    except (ValueError, KeyError, TypeError, OSError):
+    except (ValueError, KeyError, TypeError, OSError, OverflowError, RecursionError):
+        # Whatever the file holds (another tool's text, "[[[[...", a pid too large for kill): the holder is not known.
         return "holder not recorded"
     return f"pid {pid} on {info.get('host')}, {info.get('purpose') or 'purpose not recorded'}, since {info.get('since')}"
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 # Values that NVIDIA and Mellanox tools print when a field has no value.
@@ -106,10 +107,31 @@ def text_or_none(value):
     return value.strip()
 
 
-def number_or_none(value):
+def finite(number, tool, field):
+    """``number`` when it is finite, else ParseError naming ``tool`` and ``field``.
+
+    NaN and infinity (a tool's "nan" / "inf", or a figure too large for a float: 1e999) are no
+    measurement, and no JSON either: a report or state file holding one cannot be read back.
+    """
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ParseError(f"{tool}: {field} is {number!r}, not a finite number: the tool printed no usable measurement, check it and run it again")
+    return number
+
+
+def finite_float(text, tool, field):
+    """``float(text)`` of a figure a tool printed, ParseError naming ``field`` unless it is a finite number."""
+    try:
+        number = float(text)
+    except (TypeError, ValueError) as exc:
+        raise ParseError(f"{tool}: {field} {str(text)[:40]!r} is not a number") from exc
+    return finite(number, tool, field)
+
+
+def number_or_none(value, tool="tool output", field="a value"):
     """A number with its unit stripped ("80 C" -> 80, "1980 MHz" -> 1980, "0.5 W" -> 0.5).
 
-    Returns None for the tools' "no value" markers and for text that is not a number.
+    Returns None for the tools' "no value" markers and for text that is not a number; a figure
+    too large for a float or an int (hundreds of digits) is a ParseError naming ``tool`` and ``field``.
     """
     if missing(value):
         return None
@@ -118,8 +140,25 @@ def number_or_none(value):
         return None
     number = match.group(1)
     if "." in number:
-        return float(number)
-    return int(number)
+        return finite(float(number), tool, field)
+    try:
+        return int(number)
+    except ValueError as exc:  # more digits than int() converts (4,300)
+        raise ParseError(f"{tool}: {field} has {len(number)} digits, not a number a tool prints") from exc
+
+
+def _non_finite_path(value, path="the document"):
+    """The JSON path of the first NaN / infinity in a decoded document, None when there is none (iterative: any depth)."""
+    pending = [(value, path)]
+    while pending:
+        item, where = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where, item
+        if isinstance(item, dict):
+            pending.extend((child, f"{where}.{key}") for key, child in reversed(list(item.items())))
+        elif isinstance(item, list):
+            pending.extend((child, f"{where}[{index}]") for index, child in reversed(list(enumerate(item))))
+    return None
 
 
 class JsonAt(ParseError):
@@ -141,6 +180,8 @@ def json_document(text, tool, start=0):
 
     Raises JsonAt (a ParseError, never RecursionError) when it does not parse; its ``end`` is the
     position the decoder stopped at (the end of the text for a document nested too deeply).
+    A document holding NaN or Infinity (which Python's json reads, and 1e999 too) is refused
+    naming the first such field: no report could hold it.
     """
     decoder = _DECODER
     window = _JSON_WINDOW
@@ -162,4 +203,7 @@ def json_document(text, tool, start=0):
             # A number or literal may go on past the window ("12" of "123"): decode the whole document again.
             window *= 2
             continue
+        found = _non_finite_path(value)
+        if found is not None:
+            raise JsonAt(f"{tool}: {found[0]} is {found[1]!r}, not a finite number: the tool printed no usable measurement", start + end)
         return value, start + end

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, finite_float
 
 # Where a progress repaint starts; its fields are then found with str.find (linear): a regex with
 # several lazy parts restarted at every "%" was quadratic (20,000 repaints: 103 s).
 _PROGRESS_START = re.compile(r"(?P<pct>\d{1,3}(?:\.\d{1,3})?)%[ \t]+proc'd:")
-_PROCD_ITEM = re.compile(r"^(?P<n>-?\d+)\s*\(\s*(?P<gflops>\d+(?:\.\d+)?)\s*Gflop/s\s*\)$")
-_ERROR_ITEM = re.compile(r"^(?P<n>-?\d+)\s*(?:\((?P<note>DIED|WARNING)!\))?$")
-_TEMP_ITEM = re.compile(r"^(?P<t>-?\d+)\s*C$")
+# Counts have at most 18 digits (more is no count, and int() refuses 4,300); a rate printed as nan / inf
+# (printf of a division by a zero time) is matched so that it is refused, not read as a malformed repaint.
+_PROCD_ITEM = re.compile(r"^(?P<n>-?\d{1,18})\s*\(\s*(?P<gflops>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|-?(?:nan|inf(?:inity)?))\s*Gflop/s\s*\)$", re.IGNORECASE)
+_ERROR_ITEM = re.compile(r"^(?P<n>-?\d{1,18})\s*(?:\((?P<note>DIED|WARNING)!\))?$")
+_TEMP_ITEM = re.compile(r"^(?P<t>-?\d{1,18})\s*C$")
 _TESTED = re.compile(r"^[ \t]*Tested[ \t]+(?P<n>\d+)[ \t]+GPUs?:[ \t]*$", re.MULTILINE)
 _VERDICT = re.compile(r"^\s*GPU\s+(?P<index>\d+):\s*(?P<verdict>OK|FAULTY)\s*$")
 _DURATION = re.compile(r"Burning for[ \t]+(?P<s>\d+)[ \t]+seconds")
@@ -73,7 +75,7 @@ def _progress(pct, body):
                 "index": index,
                 # A dead worker's counters are garbage (gpu-burn prints uninitialised memory).
                 "errors": None if died else int(error.group("n")),
-                "gflops": None if died else float(done.group("gflops")),
+                "gflops": None if died else finite_float(done.group("gflops"), "gpu-burn", f"the Gflop/s of GPU {index}"),
                 "temp_c": int(temp.group("t")),
                 "died": died,
             }

@@ -7,7 +7,8 @@
 mlxfwmanager / mlxup query and update output (text and ``--query-format XML``), ``flint q``
 (and ``mstflint q``), ``mlxfwreset query`` and ``reset``, ``mst status [-v]`` and
 ``mlxconfig query``. Pure functions: text in, plain dicts out, ``ParseError`` when what
-matters (a device block, a firmware version, a PSID) cannot be read.
+matters (a device block, a firmware version, a PSID) cannot be read, or when a line the parser
+reads is the last one and no newline ends it (its value may be cut short: see _common.cut_line).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import xml.etree.ElementTree as ET
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import (
     ParseError,
+    cut_line,
+    cut_short,
     text_or_none,
 )
 
@@ -41,6 +44,17 @@ def _lines(text):
     if text is None:
         raise ParseError("mlx: no output to parse")
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def _refuse_cut(text, tool, field):
+    """cut_short when the last line of ``text`` has no newline and holds something (its values may be cut short)."""
+    cut = cut_line(text)
+    if cut and cut.strip():
+        raise cut_short(tool, field, cut)
+
+
+# mlxup's question waits for an answer with no newline after it: a cut line that is only the question holds no value.
+_PROMPT = re.compile(r"\[y/N\]:?\s*$")
 
 
 def _pci_address(name):
@@ -130,8 +144,13 @@ def _device_record(index, fields, versions, where):
     }
 
 
-def _parse_blocks(lines):
-    """(devices, index of the line after the last block) from mlxfwmanager/mlxup text."""
+def _parse_blocks(lines, cut=False):
+    """(devices, index of the line after the last block) from mlxfwmanager/mlxup text.
+
+    ``cut``: the last line has no newline; a block that reaches it is refused (a PSID, version or
+    status on it may be cut short: "Update requ", "28.4").
+    """
+    last = len(lines) - 1 if cut else None
     devices = []
     i = 0
     end = 0
@@ -140,6 +159,8 @@ def _parse_blocks(lines):
         if not header:
             i += 1
             continue
+        if i == last:
+            raise cut_short("mlxfwmanager", f"the header of {lines[i].strip()!r}", lines[i])
         index = int(header.group(1))
         where = f"Device #{index}"
         fields = {}
@@ -153,6 +174,8 @@ def _parse_blocks(lines):
                 break
             if stripped and not line[0].isspace() and not set(stripped) <= {"-"}:
                 break  # prompt, log line or the next section: the block is over
+            if i == last and stripped:
+                raise cut_short("mlxfwmanager", where, line)
             if not stripped or set(stripped) <= {"-"}:
                 if not stripped:
                     in_versions = False
@@ -192,7 +215,7 @@ def parse_fwmanager_text(text):
     ``port_macs``, ``port_guids``. Versions printed as N/A are None. Prompts, log lines and
     the update part that may follow are ignored; mlxfwmanager's exit code is not looked at.
     """
-    devices, _end = _parse_blocks(_lines(text))
+    devices, _end = _parse_blocks(_lines(text), cut=bool((cut_line(text) or "").strip()))
     if not devices:
         raise ParseError("mlxfwmanager: no 'Device #N:' block in the output")
     return devices
@@ -209,9 +232,16 @@ def parse_fwmanager_update(text):
     update numbers its devices among those it updates, so the mapping is otherwise unsure).
     """
     lines = _lines(text)
-    devices, end = _parse_blocks(lines)
+    cut = cut_line(text)
+    devices, end = _parse_blocks(lines, cut=bool((cut or "").strip()))
     if not devices:
         raise ParseError("mlxfwmanager: no 'Device #N:' block in the update output")
+    if cut and cut.strip():
+        # A step, "Done", "-E- ..." or "Restart needed" cut short reads as another result: refused, but
+        # the question waiting for its answer (no newline after it) says nothing yet and is dropped.
+        if not _PROMPT.search(cut):
+            raise cut_short("mlxfwmanager", "the update log", cut)
+        lines = lines[:-1]
     to_update = None
     confirmed = None
     reboot_required = False
@@ -325,8 +355,9 @@ def parse_fwmanager_xml(text):
     try:
         # The document is the local mlxfwmanager's output, and managed nodes have only the stdlib.
         root = ET.fromstring(document.encode("utf-8"))  # noqa: S314
-    except ET.ParseError as exc:
-        raise ParseError(f"mlxfwmanager: XML output does not parse: {exc}") from exc
+    except (ET.ParseError, RecursionError, UnicodeError, ValueError) as exc:
+        # UnicodeError: bytes that are no UTF-8 (kept as surrogates by the decoder) cannot be handed to the XML parser.
+        raise ParseError(f"mlxfwmanager: XML output does not parse: {type(exc).__name__}: {str(exc)[:200]}") from exc
     if root.tag.lower() != "devices":
         raise ParseError(f"mlxfwmanager: XML root is <{root.tag}>, expected <Devices>")
     devices = []
@@ -389,12 +420,18 @@ def parse_flint_query(text):
             break
     if start is None:
         raise ParseError("flint: no 'Image type:' or 'FW Version:' line in the output")
+    cut = cut_line(text)
+    last = len(lines) - 1 if cut and cut.strip() else None
     fields = {}
     rom_lines = []
     last_key = None
-    for line in lines[start:]:
+    for number, line in enumerate(lines[start:], start):
         if not line.strip():
             break
+        if number == last and (line[0].isspace() or _KEY_VALUE.match(line)):
+            # The query reaches a line with no newline: its value (a PSID, a GUID, "Rom Info") may be cut short.
+            # (A last line that is no field, a shell prompt, ends the query as it would with its newline.)
+            raise cut_short("flint", f"the value of {last_key!r}" if line[0].isspace() else repr(line.split(":", 1)[0].strip()), line)
         if line[0].isspace():
             if last_key == "Rom Info":
                 rom_lines.append(line.strip())
@@ -475,6 +512,7 @@ def parse_fwreset_query(text):
     5 = cold reboot in mlxfwreset's numbering), None when no level is listed.
     """
     lines = _lines(text)
+    _refuse_cut(text, "mlxfwreset", "the reset levels (a level cut short loses its '-Supported' or '(default)')")
     sections = {}
     current = None
     for line in lines:
@@ -522,6 +560,8 @@ def parse_fwreset_reset(text):
     and no -E- line appeared.
     """
     lines = _lines(text)
+    # A step cut short ("-I- Resetting PC") would be no step, and the steps before it read as complete.
+    _refuse_cut(text, "mlxfwreset", "the reset steps")
     device = None
     level = None
     description = None
@@ -575,6 +615,7 @@ def parse_mst_status(text):
     "device_type", "rdma", "net", "numa", "description"}]}`` with NA / missing as None.
     """
     lines = _lines(text)
+    _refuse_cut(text, "mst status", "the device list")
     modules = []
     devices = []
     section = None
@@ -642,6 +683,7 @@ def parse_mlxconfig_query(text):
     "description", "config": {PARAM: value as printed}}``.
     """
     lines = _lines(text)
+    _refuse_cut(text, "mlxconfig", "the configuration")
     header = {}
     config = {}
     in_config = False

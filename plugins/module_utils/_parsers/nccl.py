@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, whole_lines
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, finite, whole_lines
 
 # "#" is optional: Markdown pastes lose it on some lines.
 # "[ \t]" rather than "\s": "\s*#?\s*" (two adjacent unbounded runs) is quadratic in a run of
@@ -29,19 +29,19 @@ _DEVICE = re.compile(
     r"device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.*)$"
 )
 _COLUMNS = re.compile(r"^\s*#\s*size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s+algbw\s+busbw\s+(?P<check>#wrong|error)\b")
-_OUT_OF_BOUNDS = re.compile(r"^\s*#\s*Out of bounds values\s*:\s*(?P<n>\d+)")
-_AVG_BUSBW = re.compile(r"^\s*#\s*Avg bus bandwidth\s*:\s*(?P<bw>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*$")
+_OUT_OF_BOUNDS = re.compile(r"^\s*#\s*Out of bounds values\s*:\s*(?P<n>\d{1,19})")
+_AVG_BUSBW = re.compile(r"^\s*#\s*Avg bus bandwidth\s*:\s*(?P<bw>\S+)\s*$")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(?P<version>\d+\.\d+\.\d+)")
-_NCCL_LIBRARY = re.compile(r"nccl-library=(?P<code>\d+)")
+_NCCL_LIBRARY = re.compile(r"nccl-library=(?P<code>\d{1,19})")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b.*$", re.MULTILINE)
-_INT = re.compile(r"^-?\d+$")
+_INT = re.compile(r"^-?\d{1,19}$")  # a count or size: more digits is no count (and int() refuses 4,300)
 _FLOAT = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 
 
 def _float(token, what, line):
     if not _FLOAT.match(token):
         raise ParseError(f"nccl-tests: {what} {token!r} is not a number in row {line.strip()!r}")
-    return float(token)
+    return finite(float(token), "nccl-tests", f"{what} {token!r} in row {line.strip()[:200]!r}")
 
 
 def _check_value(token, old, line):
@@ -138,7 +138,7 @@ def _parse_run(chunk):
             continue
         match = _AVG_BUSBW.match(line)
         if match:
-            avg = float(match.group("bw"))
+            avg = _float(match.group("bw"), "'# Avg bus bandwidth'", line)
             continue
         if line.lstrip().startswith("#"):
             continue

@@ -11,6 +11,12 @@ jobs, ``-b -j`` JSON) and ``show_update_progress`` (text and ``-j``).
 Up-To-Date is reported as printed and never trusted alone: nvfwupd prints "Yes" when the
 system is newer than the package, and "No" when both versions are equal on some platforms,
 so both versions are always kept for the caller to compare.
+
+A cut line is not a whole value (nvfwupd ends every line it prints with a newline): a text
+``show_version`` whose last line has no newline is refused (a cut row would be a shorter version,
+a missing one a component not planned); in ``update_fw`` / ``show_update_progress`` text such a
+line is read as if it were not there (``Task Id: H`` of ``HGX_0``). A JSON document is whole by
+its closing bracket, wherever the output ends.
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ import re
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import (
     JsonAt,
     ParseError,
+    cut_line,
+    cut_short,
     json_document,
     text_or_none,
+    whole_lines,
 )
 
 _SYSTEM_KEYS = {
@@ -294,6 +303,9 @@ def parse_show_version_systems(text):
     if stripped.startswith(("{", "[")) or '"Firmware Devices"' in text:
         systems = _systems_from_json(_json_document(text))
     else:
+        cut = cut_line(text)
+        if cut is not None and cut.strip():
+            raise cut_short("nvfwupd show_version", "its table", cut)
         systems = _systems_from_text(text)
     systems = [s for s in systems if s["table_seen"]]
     if not systems:
@@ -312,7 +324,7 @@ def parse_show_version_full(text):
     if len(systems) != 1:
         raise ParseError(f"nvfwupd show_version: the output holds {len(systems)} systems; read it with parse_show_version_systems")
     system = systems[0]
-    error_code = re.findall(r"(?m)^[ \t]*Error Code:[ \t]*(-?\d+)", text)
+    error_code = re.findall(r"(?m)^[ \t]*Error Code:[ \t]*(-?\d+)", whole_lines(_text(text, "show_version")))
     if "error_code" not in system["system"] and error_code:
         system["system"]["error_code"] = int(error_code[-1])
     return system
@@ -554,7 +566,8 @@ _TASK_PAIR = re.compile(r"^(TaskState|PercentComplete|TaskStatus|StartTime|EndTi
 def _parse_tasks(text, tool):
     """Tasks, component results and flags shared by update_fw and show_update_progress."""
     text = _text(text, tool)
-    lines = text.split("\n")
+    # A last line without its newline may be cut short ("Task Id: H" of HGX_0): read as if it were not there.
+    lines = whole_lines(text).split("\n")
     tasks = {}
     order = []
     current = None
@@ -565,7 +578,7 @@ def _parse_tasks(text, tool):
     packages = []
     targets = []
     elapsed = None
-    error_codes = re.findall(r"(?m)^[ \t]*Error Code:[ \t]*(-?\d+)", text)
+    error_codes = re.findall(r"(?m)^[ \t]*Error Code:[ \t]*(-?\d+)", whole_lines(text))
     read_until = 0
     offsets = []
     position = 0

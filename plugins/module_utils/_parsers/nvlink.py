@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError, cut_line, cut_short, finite_float
 
 TOOL = "nvidia-smi nvlink -s"
 _GPU = re.compile(r"GPU\s+(?P<index>\d+):\s*(?P<name>.*?)\s*(?:\(UUID:\s*(?P<uuid>[^)]+)\))?")
 _LINK = re.compile(r"Link\s+(?P<link>\d+):\s*(?P<value>.*?)")
 _GPU_START = re.compile(r"(?m)^\s*GPU\s+(\d+):")
-_SPEED = re.compile(r"(?P<speed>\d+(?:\.\d+)?)\s*GB/s")
+# nan / inf are matched so that they are refused naming the link, not read as a link that is down.
+_SPEED = re.compile(r"(?P<speed>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|-?(?:nan|inf(?:inity)?))\s*GB/s", re.IGNORECASE)
 
 
 def _cut_field(text, cut):
@@ -80,7 +81,8 @@ def parse_status(text):
             seen_links.add(number)
             value = match.group("value")
             speed = _SPEED.fullmatch(value)
-            gpus[-1]["links"].append({"link": number, "up": bool(speed), "gbps": float(speed.group("speed")) if speed else None, "raw": value})
+            gbps = finite_float(speed.group("speed"), TOOL, f"the speed of link {number} of GPU {gpus[-1]['index']}") if speed else None
+            gpus[-1]["links"].append({"link": number, "up": bool(speed), "gbps": gbps, "raw": value})
             continue
         if not gpus:
             preamble.append(line)  # an echoed command line of a capture, or an error: judged once the whole text is read

@@ -75,8 +75,8 @@ _BRACKET_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")
 # --------------------------------------------------------------------------- values
 
 
-def _num(value):
-    """A number with its unit stripped, or None ("96 bank(s)" -> 96, "0x1" -> None)."""
+def _num(value, field="a value"):
+    """A number with its unit stripped, or None ("96 bank(s)" -> 96, "0x1" -> None); ParseError naming ``field`` when not finite."""
     if value is None:
         return None
     value = value.strip()
@@ -84,11 +84,11 @@ def _num(value):
         return None
     if value.endswith("bank(s)"):
         value = value[: -len("bank(s)")]
-    return number_or_none(value)
+    return number_or_none(value, "nvidia-smi", field)
 
 
-def _int(value):
-    number = _num(value)
+def _int(value, field="a value"):
+    number = _num(value, field)
     if isinstance(number, float):
         return int(number) if number.is_integer() else None
     return number
@@ -268,7 +268,7 @@ def _xml_text(element, path):
 
 
 def _xml_num(element, path):
-    return _num(_xml_text(element, path))
+    return _num(_xml_text(element, path), path)
 
 
 def _xml_counters(element):
@@ -279,10 +279,10 @@ def _xml_counters(element):
     for child in element:
         if len(child):
             for leaf in child:
-                counters[child.tag + "_" + leaf.tag] = _num(leaf.text)
+                counters[child.tag + "_" + leaf.tag] = _num(leaf.text, f"{child.tag}/{leaf.tag}")
         else:
             value = text_or_none(child.text)
-            counters[child.tag] = _bool(value) if value is not None and _num(value) is None else _num(value)
+            counters[child.tag] = _bool(value) if value is not None and _num(value, child.tag) is None else _num(value, child.tag)
     return counters
 
 
@@ -311,12 +311,12 @@ def _xml_processes(gpu):
     for info in section.findall("process_info"):
         processes.append(
             {
-                "pid": _int(_xml_text(info, "pid")),
+                "pid": _int(_xml_text(info, "pid"), "pid"),
                 "name": _xml_text(info, "process_name"),
                 "type": _xml_text(info, "type"),
                 "used_memory_mib": _xml_num(info, "used_memory"),
-                "gpu_instance_id": _int(_xml_text(info, "gpu_instance_id")),
-                "compute_instance_id": _int(_xml_text(info, "compute_instance_id")),
+                "gpu_instance_id": _int(_xml_text(info, "gpu_instance_id"), "gpu_instance_id"),
+                "compute_instance_id": _int(_xml_text(info, "compute_instance_id"), "compute_instance_id"),
             }
         )
     return processes
@@ -330,10 +330,10 @@ def _xml_mig_devices(gpu):
     for device in section.findall("mig_device"):
         devices.append(
             {
-                "index": _int(_xml_text(device, "index")),
-                "gpu_instance_id": _int(_xml_text(device, "gpu_instance_id")),
-                "compute_instance_id": _int(_xml_text(device, "compute_instance_id")),
-                "multiprocessor_count": _int(_xml_text(device, "device_attributes/shared/multiprocessor_count")),
+                "index": _int(_xml_text(device, "index"), "index"),
+                "gpu_instance_id": _int(_xml_text(device, "gpu_instance_id"), "gpu_instance_id"),
+                "compute_instance_id": _int(_xml_text(device, "compute_instance_id"), "compute_instance_id"),
+                "multiprocessor_count": _int(_xml_text(device, "device_attributes/shared/multiprocessor_count"), "multiprocessor_count"),
                 "memory_total_mib": _xml_num(device, "fb_memory_usage/total"),
                 "memory_used_mib": _xml_num(device, "fb_memory_usage/used"),
             }
@@ -343,7 +343,7 @@ def _xml_mig_devices(gpu):
 
 def _xml_gpu(gpu, position):
     result = _empty_gpu(position)
-    result["minor_number"] = _int(_xml_text(gpu, "minor_number"))
+    result["minor_number"] = _int(_xml_text(gpu, "minor_number"), "minor_number")
     result["uuid"] = _xml_text(gpu, "uuid")
     result["name"] = _xml_text(gpu, "product_name")
     result["brand"] = _xml_text(gpu, "product_brand")
@@ -461,8 +461,9 @@ def parse_xml(text, strict=True):
     document = text[start:]
     try:
         root = ET.fromstring(document)  # noqa: S314 - nvidia-smi's own output, read on the node that ran it
-    except ET.ParseError as exc:
-        raise ParseError(f"{XML_TOOL}: output is not well-formed XML ({exc})") from exc
+    except (ET.ParseError, RecursionError, UnicodeError, ValueError) as exc:
+        # UnicodeError: a byte that is no UTF-8, which the decoder kept as a surrogate the XML parser cannot encode.
+        raise ParseError(f"{XML_TOOL}: output is not well-formed XML ({type(exc).__name__}: {str(exc)[:200]})") from exc
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"{XML_TOOL}: root element is <{root.tag}>, expected <nvidia_smi_log>")
 
@@ -478,7 +479,7 @@ def parse_xml(text, strict=True):
         "driver_version": driver_version,
         "cuda_version": _first(_cuda_version(_xml_text(root, "cuda_version")), _cuda_version(_xml_text(root, "cuda_umd_version"))),
         "dtd_version": int(dtd.group(1)) if dtd else None,
-        "attached_gpus": _int(_xml_text(root, "attached_gpus")),
+        "attached_gpus": _int(_xml_text(root, "attached_gpus"), "attached_gpus"),
         "gpus": [_xml_gpu(gpu, position) for position, gpu in enumerate(root.findall("gpu"))],
     }
 
@@ -514,7 +515,7 @@ class _Node:
         return None if node is None else text_or_none(node.value)
 
     def num(self, *keys):
-        return _num(self.text(*keys))
+        return _num(self.text(*keys), " / ".join(keys))
 
     def find(self, key):
         """The first node labelled key anywhere below (depth first), or None; iterative: indentation can nest deep."""
@@ -575,10 +576,10 @@ def _text_counters(node):
         if child.value is None:
             # older layout: Single Bit / Double Bit sections with per-unit counters and a Total
             for leaf in child.children:
-                counters[_slug(child.label) + "_" + _slug(leaf.label)] = _num(leaf.value)
+                counters[_slug(child.label) + "_" + _slug(leaf.label)] = _num(leaf.value, f"{child.label} / {leaf.label}")
         else:
             value = text_or_none(child.value)
-            counters[_slug(child.label)] = _bool(value) if value is not None and _num(value) is None else _num(value)
+            counters[_slug(child.label)] = _bool(value) if value is not None and _num(value, child.label) is None else _num(value, child.label)
     return counters
 
 
@@ -606,13 +607,13 @@ def _text_processes(gpu):
     instance = {}
     for child in section.children:
         if child.key == "gpu instance id":
-            instance["gpu_instance_id"] = _int(child.value)
+            instance["gpu_instance_id"] = _int(child.value, child.label)
         elif child.key == "compute instance id":
-            instance["compute_instance_id"] = _int(child.value)
+            instance["compute_instance_id"] = _int(child.value, child.label)
         elif child.key == "process id":
             processes.append(
                 {
-                    "pid": _int(child.value),
+                    "pid": _int(child.value, child.label),
                     "name": child.text("name") or child.text("process name"),
                     "type": child.text("type"),
                     "used_memory_mib": child.num("used gpu memory"),
@@ -631,7 +632,7 @@ def _text_power(gpu):
 
     def value(key):
         node = section.find(key)
-        return None if node is None else _num(node.value)
+        return None if node is None else _num(node.value, key)
 
     average = value("average power draw")
     instant = value("instantaneous power draw")
@@ -642,7 +643,7 @@ def _text_power(gpu):
 
 def _text_gpu(gpu, position, bus_id):
     result = _empty_gpu(position)
-    result["minor_number"] = _int(gpu.text("minor number"))
+    result["minor_number"] = _int(gpu.text("minor number"), "minor number")
     result["uuid"] = gpu.text("gpu uuid")
     result["name"] = gpu.text("product name")
     result["brand"] = gpu.text("product brand")
@@ -723,10 +724,10 @@ def _text_gpu(gpu, position, bus_id):
     result["mig_mode_pending"] = gpu.text("mig mode", "pending")
     result["mig_devices"] = [
         {
-            "index": _int(device.text("index")),
-            "gpu_instance_id": _int(device.text("gpu instance id")),
-            "compute_instance_id": _int(device.text("compute instance id")),
-            "multiprocessor_count": _int(device.text("device attributes", "shared", "multiprocessor count")),
+            "index": _int(device.text("index"), "index"),
+            "gpu_instance_id": _int(device.text("gpu instance id"), "gpu instance id"),
+            "compute_instance_id": _int(device.text("compute instance id"), "compute instance id"),
+            "multiprocessor_count": _int(device.text("device attributes", "shared", "multiprocessor count"), "multiprocessor count"),
             "memory_total_mib": _first(device.num("shared fb memory usage", "total"), device.num("fb memory usage", "total")),
             "memory_used_mib": _first(device.num("shared fb memory usage", "used"), device.num("fb memory usage", "used")),
         }
@@ -779,7 +780,7 @@ def parse_query_text(text, strict=True):
         "driver_version": driver_version,
         "cuda_version": cuda_version,
         "dtd_version": None,
-        "attached_gpus": _int(root.text("attached gpus")),
+        "attached_gpus": _int(root.text("attached gpus"), "attached gpus"),
         "gpus": gpus,
     }
 
@@ -824,7 +825,7 @@ def _csv_value(field, value):
     lowered = field.lower()
     if lowered in _TEXT_FIELDS or lowered.startswith(_TEXT_PREFIXES) or _HEX.match(value):
         return value
-    number = _num(value)
+    number = _num(value, field)
     return value if number is None else number
 
 

@@ -54,8 +54,13 @@ _REASON_START = re.compile(r"(?:^|\s)Reason=")
 _REASON_BY = re.compile(r" \[(?P<user>[^\s@\[\]]+)@(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]")
 # Later reason lines: "\n" + 10 spaces in the multi-line form, 8 spaces in the one-line form.
 _REASON_LINE_BREAK = re.compile(r"\n[ \t]*| {8,}")
-_JOB_ID = re.compile(r"[0-9]+(?:[_+][0-9A-Za-z_\[\]\-,%+]+)?")
-_USER = re.compile(r"[^\s,]+")
+# squeue's %i (src/squeue/print.c _print_job_job_id): 123, an array task 123_4, a pending array 123_[1-5,7%2] (its commas
+# are inside the brackets), a heterogeneous job's component 123+0.
+_JOB_ID = re.compile(r"[0-9]{1,20}(?:_(?:[0-9]{1,10}|\[[0-9][0-9,%:\-]{0,1024}\])|\+[0-9]{1,10})?")
+# %u: the user's name, or the uid where it has none. POSIX names, with '@' (sssd's user@domain), '\' (winbind's
+# DOMAIN\user) and a trailing '$' (machine accounts); never a space, a comma or a control character.
+_USER = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._@\\-]{0,255}\$?")
+_SQUEUE_LINE = re.compile(r"(?P<id>[^,\[]*(?:\[[^\]]*\])?),(?P<user>[^,]*),(?P<name>.*)")
 _LAST_KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z][A-Za-z0-9_:]*)=")
 _SLURM_USER = re.compile(r"(?m)^SlurmUser\s*=\s*(?P<name>[^\s(]+)\((?P<uid>[0-9]+)\)[ \t]*$")
 
@@ -215,18 +220,33 @@ def _count(fields, key, name):
 
 
 def parse_squeue(text):
-    """``squeue -h -o %i,%u,%j`` -> ``[{"id", "user", "name"}]`` (a job name may hold commas)."""
+    """``squeue -h -o %i,%u,%j`` -> ``[{"id", "user", "name"}]`` (a job name may hold commas).
+
+    Each line is checked field by field (ParseError naming the line number and the field): a job id as
+    %i prints it, a user name (or uid) as %u prints it; the name is the job's own and may hold anything
+    but a newline (lines are split at "\n" only: a job name holding another line break stays one job).
+    """
+    text = text or ""
     cut = cut_line(text)
     if cut and cut.strip():
         raise cut_short("squeue", "the last job", cut)  # a job id, user or name cut short, or a job missing
     jobs = []
-    for line in (text or "").splitlines():
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw.removesuffix("\r")
         if not line.strip():
             continue
-        parts = line.strip().split(",", 2)
-        if len(parts) != 3 or not _JOB_ID.fullmatch(parts[0]) or not _USER.fullmatch(parts[1]):
-            raise ParseError(f"squeue: expected 'jobid,user,name', got {line[:200]!r}")
-        jobs.append({"id": parts[0], "user": parts[1], "name": parts[2]})
+        match = _SQUEUE_LINE.fullmatch(line)
+        if match is None:
+            raise ParseError(f"squeue: line {number} is not 'JOBID,USER,NAME' as 'squeue -h -o %i,%u,%j' prints it: {line[:120]!r}")
+        job_id, user, name = match.group("id", "user", "name")
+        if not _JOB_ID.fullmatch(job_id):
+            raise ParseError(f"squeue: line {number}: job id {job_id[:64]!r} is not one Slurm prints (123, 123_4, 123_[1-5], 123+0)")
+        if not _USER.fullmatch(user):
+            raise ParseError(
+                f"squeue: line {number}: user {user[:64]!r} of job {job_id} is not a user name or uid as squeue prints it "
+                "(no space, comma or control character)"
+            )
+        jobs.append({"id": job_id, "user": user, "name": name})
     return jobs
 
 

@@ -20,6 +20,8 @@ not fall by more than a tolerance.
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 SNAPSHOT_VERSION = 1
@@ -82,8 +84,25 @@ def _looks_like_facts(value):
     return isinstance(value, dict) and ("gpus" in value or "driver" in value) and "snapshot_version" not in value
 
 
+def _checked_busbw(found):
+    """``found`` with a ``busbw_gbps`` that is None or a finite number, else BaselineError naming the field."""
+    busbw = found.get("busbw_gbps")
+    if busbw is None:
+        return found
+    if isinstance(busbw, bool) or not isinstance(busbw, (int, float)) or not math.isfinite(busbw) or busbw < 0:
+        shown = repr(busbw) if isinstance(busbw, (int, float)) else f"a {type(busbw).__name__}"
+        # A NaN floor compares false with every measurement: the bandwidth check would pass whatever NCCL measured.
+        raise BaselineError(f"baseline busbw_gbps is {shown}, not a finite bandwidth in GB/s: give the result of a gpu_validate run that measured it")
+    return found
+
+
 def normalize(baseline):
     """A snapshot from any accepted baseline form; None when no baseline was given."""
+    found = _normalize(baseline)
+    return None if found is None else _checked_busbw(found)
+
+
+def _normalize(baseline):
     if baseline is None or baseline == {}:
         return None
     if not isinstance(baseline, dict):
@@ -93,7 +112,7 @@ def normalize(baseline):
         found["xid_counts"] = {int(k): int(v) for k, v in (found.get("xid_counts") or {}).items()}
         return found
     if isinstance(baseline.get("snapshot"), dict):
-        found = normalize(baseline["snapshot"])
+        found = _normalize(baseline["snapshot"])
         busbw = (baseline.get("measurements") or {}).get("busbw_gbps")
         if busbw is not None:
             found["busbw_gbps"] = busbw

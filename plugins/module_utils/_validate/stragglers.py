@@ -11,6 +11,8 @@ node with the median of the same run needs no per-SKU threshold.
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 # gpu_validate measurements compared by default: NCCL bus bandwidth, and the slowest GPU's
@@ -87,6 +89,9 @@ def find_stragglers(nodes, tolerance_pct=10.0, metrics=DEFAULT_METRICS, min_node
         for name, measured in table.items():
             value = measured.get(metric)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value):
+                    # NaN compares false with every floor (never flagged) and makes the median NaN: no JSON either.
+                    raise StragglerError(f"node {name!r}: {metric} is {value!r}, not a finite measurement: validate that node again")
                 values[name] = float(value)
         if len(values) < min_nodes:
             continue

@@ -363,6 +363,22 @@ def test_lock_held_by_a_plain_flock_of_another_tool(tmp_path):
                 pass
 
 
+@pytest.mark.parametrize(
+    "content",
+    [b"[" * 4000, b'{"pid": ' + b"[" * 3000, b'{"pid": 100000000000000000000000000000}', b'{"pid": "\xff"}', b"\xff\xfe"],
+    ids=["nested-deep", "pid-nested-deep", "pid-too-large", "not-utf8-value", "not-utf8"],
+)
+def test_lock_held_with_a_lock_file_of_any_content_names_no_holder(tmp_path, content):
+    """Issue 21: the lock file's content is read only for the message; a hostile one is "holder not recorded", no traceback."""
+    lock = tmp_path / "gpufleet.fact.lock"
+    lock.write_bytes(content)
+    with open(lock) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(_state.LockTimeout, match=r"another gpufleet task holds it \(holder not recorded\)"):
+            with _state.locked(str(lock), timeout=0.1):
+                pass
+
+
 def test_lock_file_replaced_while_waiting_is_locked_again(tmp_path):
     """A waiter that gets the lock on a file someone removed meanwhile takes it again on the file now there."""
     lock = tmp_path / "x.lock"

@@ -60,8 +60,8 @@ def _rows(devices):
 
 
 def _lines(path, first, last):
-    """Lines first..last (1-based, inclusive) of a real file: one output block of a FULL_ page."""
-    return "\n".join(path.read_text().split("\n")[first - 1 : last])
+    """Lines first..last (1-based, inclusive) of a real file, each with its newline: one output block of a FULL_ page."""
+    return "".join(line + "\n" for line in path.read_text().split("\n")[first - 1 : last])
 
 
 @pytest.mark.parametrize("path", real_params("mellanox/mlxfwmanager_*") + real_params("mellanox/mlxup_*"))
@@ -506,3 +506,90 @@ def test_fwmanager_xml_complete_empty_device_list_is_a_node_without_connectx():
 def test_fwmanager_xml_cut_before_the_first_device_is_an_error():
     with pytest.raises(ParseError, match="XML output does not parse"):
         mlx.parse_fwmanager_xml('<?xml version="1.0" encoding="UTF-8" ?>\n<Devices>\n')
+
+
+# --- issue 21: a cut line is not a whole value; text the XML parser cannot take is a ParseError -------------------------
+
+_FWMANAGER_BLOCK = (
+    "Device #1:\n"
+    "----------\n"
+    "  Device Type:      ConnectX7\n"
+    "  Part Number:      MCX755106AS-HEA_Ax\n"
+    "  PCI Device Name:  /dev/mst/mt4129_pciconf0\n"
+    "  PSID:             MT_0000000834\n"
+    "  Versions:         Current        Available\n"
+    "     FW             28.40.1000     28.43.1014\n"
+    "\n"
+    "  Status:           Update required\n"
+)
+_FLINT = "Image type:            FS4\nFW Version:            28.43.1014\nPSID:                  MT_0000000834\n"
+_RESET_QUERY = (
+    "Reset-levels:\n"
+    '0: Driver, PCI link, network link will remain up ("live-Patch")  -Supported     (default)\n'
+    "3: Driver restart and PCI reset       -Supported\n"
+)
+_RESET = (
+    "The reset level for device, /dev/mst/mt4129_pciconf0 is:\n\n3: Driver restart and PCI reset\n"
+    "-I- Sending Reset Command To Fw             -Done\n"
+    "-I- Resetting PCI                           -Done\n"
+)
+_MST = (
+    "MST modules:\n------------\n    MST PCI module loaded\n\nMST devices:\n------------\n"
+    "/dev/mst/mt4129_pciconf0         - PCI configuration cycles access.\n"
+)
+_MLXCONFIG = (
+    "Device type:        ConnectX7\nConfigurations:                              Next Boot\n"
+    "         SRIOV_EN                            True(1)\n"
+    "         NUM_OF_VFS                          16\n"
+)
+_UPDATING = _FWMANAGER_BLOCK + "\nDevice #1: Updating FW ...\n"
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "field"),
+    [
+        (mlx.parse_flint_query, _FLINT[:-8], "'PSID'"),  # PSID MT_00000 of MT_0000000834
+        (mlx.parse_flint_query, _FLINT + "Rom Info:              type=UEFI version=14.3", "'Rom Info'"),
+        (mlx.parse_fwmanager_text, _FWMANAGER_BLOCK[:-5], "Device #1"),  # "Update requ": read as no update required
+        (mlx.parse_fwmanager_text, _FWMANAGER_BLOCK.split("  Status", maxsplit=1)[0][:-1] + "\n  PSID:             MT_00000", "Device #1"),
+        (mlx.parse_fwmanager_update, _UPDATING + "Initializing image partition   -OK\nWriting Boot image component   -", "update log"),
+        (mlx.parse_fwmanager_update, _UPDATING + "Done\nRestart needed for upd", "update log"),
+        (mlx.parse_fwreset_query, _RESET_QUERY[:-5], "reset levels"),  # "-Supp": level 3 lost, reboot required read
+        (mlx.parse_fwreset_query, _RESET_QUERY.split("(default)", maxsplit=1)[0], "reset levels"),  # the default level read as none
+        (mlx.parse_fwreset_reset, _RESET[:-20], "reset steps"),  # "-I- Resetting PC": the steps before read as complete
+        (mlx.parse_mst_status, _MST[:-20], "device list"),
+        (mlx.parse_mlxconfig_query, _MLXCONFIG[:-2], "configuration"),  # NUM_OF_VFS 1 of 16
+    ],
+)
+def test_a_cut_last_line_is_refused_naming_the_field(parse, text, field):
+    assert parse(text + "\n")  # the same text with its newline reads: the cut, not the content, is refused
+    with pytest.raises(ParseError, match=rf"cut short in .*{field}"):
+        parse(text)
+
+
+def test_a_cut_last_line_after_the_query_is_not_part_of_it():
+    # A prompt or log line after the device blocks is not read by the query: cut or whole, the devices are the same.
+    assert _rows(mlx.parse_fwmanager_text(_FWMANAGER_BLOCK + "\n[root@node ~]# mlxfw")) == _rows(mlx.parse_fwmanager_text(_FWMANAGER_BLOCK))
+    assert mlx.parse_flint_query(_FLINT + "\n[root@node ~]# fli")["psid"] == "MT_0000000834"
+
+
+def test_the_update_question_waiting_for_its_answer_is_dropped():
+    # mlxup prints "Perform FW update? [y/N]: " with no newline and waits: no answer is read from it.
+    result = mlx.parse_fwmanager_update(_FWMANAGER_BLOCK + "\nFound 1 device(s) requiring firmware update...\n\nPerform FW update? [y/N]: ")
+    assert (result["to_update"], result["confirmed"], result["results"]) == (1, None, [])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<Devices>\udcff</Devices>",  # a byte that is no UTF-8, as run_command's surrogateescape keeps it
+        "<Devices><Device pciName='\ud800'/></Devices>",
+    ],
+)
+def test_fwmanager_xml_that_cannot_be_encoded_is_a_parse_error(text):
+    with pytest.raises(ParseError, match="mlxfwmanager: XML output does not parse: UnicodeEncodeError"):
+        mlx.parse_fwmanager_xml(text)
+
+
+def test_flint_query_followed_by_a_prompt_without_newline_reads_the_query():
+    assert mlx.parse_flint_query(_FLINT + "sh-5.1# ")["psid"] == "MT_0000000834"

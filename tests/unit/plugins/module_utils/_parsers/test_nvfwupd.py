@@ -19,9 +19,9 @@ DOCS = "nvfwupd/open-nvfwupd/firmware_update_guide/docs/"
 
 
 def _block(real_dir, path, first, last):
-    """Lines first..last (1-based, inclusive) of a real file, dedented as the tool prints them."""
+    """Lines first..last (1-based, inclusive) of a real file, dedented as the tool prints them (each line with its newline)."""
     lines = (real_dir / path).read_text().split("\n")[first - 1 : last]
-    return textwrap.dedent("\n".join(lines))
+    return textwrap.dedent("\n".join(lines)) + "\n"
 
 
 def _by_ap(components):
@@ -423,3 +423,49 @@ def test_show_version_same_component_on_two_systems_is_no_duplicate():
 def test_show_version_nested_too_deeply_says_so():
     with pytest.raises(ParseError, match=r"nvfwupd show_version -j: .*nested too deeply"):
         nvfwupd.parse_show_version('{"Firmware Devices": ' + "[" * 100000 + "]" * 100000 + "}")
+
+
+# --- a cut line is not a whole value (issue 21) ---------------------------------------------------------------------------
+
+_CUT_TABLE = """System Model: NVIDIA HGX H100 80GB HBM3 8-GPU
+Packages: ['HGX-24.04-2']
+Connection Status: Successful
+
+Firmware Devices:
+AP Name                                  Sys Version                    Pkg Version                    Up-To-Date
+-------                                  -----------                    -----------                    ----------
+HGX_FW_BMC_0                             HGX-22.10-1                    HGX-24.04-2                    No
+HGX_FW_GPU_SXM_1                         96.00.A5.00.01                 96.00.AF.00.01                 No
+------------------------------------------------------------------------------------------------------------------------
+Error Code: 0
+"""
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        "HGX_FW_GPU_SXM_1                         96.00.A5",  # a shorter installed version
+        "HGX_FW_GPU_SXM_1                         96.00.A5.00.01                 96.00",  # a shorter package version
+        "Error Code: ",  # a code not printed yet
+    ],
+)
+def test_show_version_text_cut_inside_its_last_line_is_refused(cut):
+    text = _CUT_TABLE[: _CUT_TABLE.index(cut) + len(cut)]
+    with pytest.raises(ParseError, match=r"nvfwupd show_version: the output was cut short .* has no newline"):
+        nvfwupd.parse_show_version_full(text)
+    assert nvfwupd.parse_show_version_full(_CUT_TABLE)["components"][1]["sys_version"] == "96.00.A5.00.01"
+
+
+def test_show_version_json_is_whole_by_its_bracket_without_a_newline():
+    text = json.dumps({"Error Code": 0, "Firmware Devices": [{"AP Name": "X", "Sys Version": "1.2", "Pkg Version": "N/A", "Up-To-Date": "No"}]})
+    assert nvfwupd.parse_show_version(text)[0]["sys_version"] == "1.2"
+
+
+@pytest.mark.parametrize("parse", [nvfwupd.parse_update_fw, nvfwupd.parse_update_progress])
+def test_update_text_cut_inside_its_last_line_is_read_without_it(parse):
+    whole = "FW update started, Task Id: HGX_0\nTaskState: Running\nPercentComplete: 40\nTaskStatus: OK\nError Code: 13\n"
+    cut = parse(whole[: whole.index("Error Code: 13") + len("Error Code: 1")])
+    assert cut["error_code"] is None and [t["task_id"] for t in cut["tasks"]] == ["HGX_0"]  # not Error Code 1
+    assert parse(whole)["error_code"] == 13
+    with pytest.raises(ParseError, match="no task"):  # "Task Id: H" of HGX_0 is no task
+        parse(whole[: whole.index("HGX_0") + 1])

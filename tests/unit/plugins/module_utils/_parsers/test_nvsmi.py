@@ -1345,3 +1345,18 @@ def test_csv_row_cut_short_is_an_error(parse, fields, text):
     with pytest.raises(ParseError, match=rf"^nvidia-smi --query-[a-z-]+: the output was cut short in '{fields[-1]}' of the last row"):
         parse(text, fields)
     assert len(parse(text + "\n", fields)) == 2  # the same row with its newline is whole
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<?xml version='1.0'?><nvidia_smi_log>\udcff</nvidia_smi_log>",  # a byte that is no UTF-8, kept as a surrogate
+        "<nvidia_smi_log><driver_version>550.90.07\ud800</driver_version></nvidia_smi_log>",
+        "<nvidia_smi_log>" + "<gpu>" * 100_000 + "</gpu>" * 100_000 + "</nvidia_smi_log>",  # nested deep: no RecursionError
+    ],
+    ids=["surrogate", "surrogate-in-value", "nested-deep"],
+)
+def test_xml_the_parser_cannot_take_is_a_parse_error(text):
+    """Issue 21: every XML parse ends in a result or a ParseError (UnicodeError and RecursionError included)."""
+    with pytest.raises(ParseError, match=r"^nvidia-smi -q -x: "):
+        nvsmi.parse_xml(text)

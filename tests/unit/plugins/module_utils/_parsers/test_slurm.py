@@ -324,3 +324,45 @@ def test_slurm_user_from_show_config():
     assert parse_slurm_user("SlurmdUser              = root(0)\nSlurmUser               = slurm(64030)\n") == {"name": "slurm", "uid": "64030"}
     with pytest.raises(ParseError, match="SlurmUser"):
         parse_slurm_user("SlurmdUser = root(0)\n")
+
+
+# --- issue 21: parse_squeue accepts only what `squeue -h -o %i,%u,%j` prints, naming the line and the field --------------
+
+
+@pytest.mark.parametrize(
+    ("line", "job"),
+    [
+        ("123,alice,train", {"id": "123", "user": "alice", "name": "train"}),
+        ("123_4,alice,sweep", {"id": "123_4", "user": "alice", "name": "sweep"}),
+        ("123_[1-5,7%2],alice,sweep,a", {"id": "123_[1-5,7%2]", "user": "alice", "name": "sweep,a"}),  # commas in the id
+        ("77+1,carol,het", {"id": "77+1", "user": "carol", "name": "het"}),
+        ("9,1001,orphan", {"id": "9", "user": "1001", "name": "orphan"}),  # a uid with no name
+        ("9,jo.doe@corp.example,x", {"id": "9", "user": "jo.doe@corp.example", "name": "x"}),
+        ("9,svc-01$,", {"id": "9", "user": "svc-01$", "name": ""}),
+        ("9,bob,name \x1c with\x0bbreaks\u2028", {"id": "9", "user": "bob", "name": "name \x1c with\x0bbreaks\u2028"}),
+    ],
+)
+def test_squeue_lines_as_squeue_prints_them(line, job):
+    assert parse_squeue(f"1,root,sim\n{line}\n") == [{"id": "1", "user": "root", "name": "sim"}, job]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("a,b,c", r"^squeue: line 2: job id 'a' is not one Slurm prints"),
+        ("12x,bob,c", r"^squeue: line 2: job id '12x' is not one Slurm prints"),
+        ("12_,bob,c", r"^squeue: line 2: job id '12_' "),
+        ("12+x,bob,c", r"^squeue: line 2: job id '12\+x' "),
+        ("12_[1-5,bob,c", r"^squeue: line 2 is not 'JOBID,USER,NAME'"),  # an unclosed bracket: no id Slurm prints
+        ("-1,bob,c", r"^squeue: line 2: job id '-1' "),
+        ("12,bob smith,c", r"^squeue: line 2: user 'bob smith' of job 12 is not a user name or uid"),
+        ("12,bob\t,c", r"^squeue: line 2: user 'bob\\t' of job 12 "),
+        ("12,-bob,c", r"^squeue: line 2: user '-bob' of job 12 "),
+        ("12,,c", r"^squeue: line 2: user '' of job 12 "),
+        ("12,bob", r"^squeue: line 2 is not 'JOBID,USER,NAME'"),
+        ("JOBID,USER,NAME", r"^squeue: line 2: job id 'JOBID' "),  # a header: -h was lost
+    ],
+)
+def test_squeue_line_that_squeue_does_not_print_is_refused_naming_line_and_field(line, message):
+    with pytest.raises(ParseError, match=message):
+        parse_squeue(f"1,root,sim\n{line}\n")
