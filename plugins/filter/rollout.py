@@ -2,15 +2,20 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The rollout's filters: gpufleet.lifecycle.wave_plan and gpufleet.lifecycle.max_unavailable_count.
+"""The rollout's filters: wave_plan, max_unavailable_count, unknown_variables and stop_file_problem (gpufleet.lifecycle).
 
-Documentation in the adjacent wave_plan.yml and max_unavailable_count.yml; the logic is in
-plugins/module_utils/_rollout/plan.py and budget.py.
+Documentation in the adjacent wave_plan.yml, max_unavailable_count.yml, unknown_variables.yml and stop_file_problem.yml;
+the logic is in plugins/module_utils/_rollout/plan.py, budget.py, variables.py and stopfile.py.
 """
 
 from __future__ import annotations
 
+import functools
+
+import yaml
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import stopfile as _stopfile
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import variables as _variables
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import max_unavailable_count as _max_unavailable_count
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.plan import plan_waves
@@ -34,8 +39,41 @@ def max_unavailable_count(spec, pool_size):
         raise AnsibleFilterError(f"gpufleet.lifecycle.max_unavailable_count: {exc}") from exc
 
 
+def _load_yaml(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError, RecursionError, UnicodeError) as exc:
+        raise _variables.UnknownVariablesError(f"cannot read {path} to know this collection's variables: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=1)
+def _known():
+    return _variables.known_variables(_variables.collection_root(), _load_yaml)
+
+
+def unknown_variables(hostvars, hosts):
+    """One line per host variable with the collection's prefixes that the collection does not know, naming the closest."""
+    if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("gpufleet.lifecycle.unknown_variables: hosts must be a list of inventory host names (ansible_play_hosts_all)")
+    try:
+        known = _known()
+        names = {host: list(hostvars[host]) for host in hosts}
+    except _variables.UnknownVariablesError as exc:
+        raise AnsibleFilterError(f"gpufleet.lifecycle.unknown_variables: {exc}") from exc
+    except KeyError as exc:
+        raise AnsibleFilterError(f"gpufleet.lifecycle.unknown_variables: host {exc} is not in hostvars") from exc
+    return [_variables.describe(entry) for entry in _variables.unknown_variables(names, known)]
+
+
+def stop_file_problem(path):
+    """'' when the stop file's folder is private to the controller user (or root); else what is wrong and what to do."""
+    return _stopfile.problem(path) or ""
+
+
 class FilterModule:
     """gpufleet.lifecycle rollout filters."""
 
     def filters(self):
-        return {"wave_plan": wave_plan, "max_unavailable_count": max_unavailable_count}
+        return {"wave_plan": wave_plan, "max_unavailable_count": max_unavailable_count, "unknown_variables": unknown_variables,
+                "stop_file_problem": stop_file_problem}

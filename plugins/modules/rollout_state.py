@@ -19,6 +19,10 @@ description:
     by another rollout is refused with that rollout's id, owner, age and phase. A lock whose heartbeat is older than O(stale_after) is
     reported as stale with its owner and age, and taken over only with O(break_stale=true) (with a warning). A rollout that has finished on the
     node is left as it is (C(changed=false)), so a re-run of a finished rollout changes nothing.
+  - Two runs of one O(rollout_id) (two operators, or a CLI run and an AWX job, rolling out the same BOM) are told apart by O(run_nonce) -
+    an acquire whose nonce differs from the holder's is refused while the holder's heartbeat is fresh (not older than O(stale_after)), and
+    takes the node over with a warning once it is stale (a run resumed after a crash). O(action=phase) and O(action=finish) of a run whose
+    node another run holds are refused; its O(action=release) leaves the lock as it is.
   - O(action=phase) with O(status=started) opens a phase (its start time); V(ok), V(failed) or V(skipped) closes the open phase of that name
     (end time, status, O(detail)). Both refresh the heartbeat. Needs the node to be held by this rollout.
   - O(action=finish) records the O(result) and frees the node; O(action=release) frees it without a result, only when this rollout holds it;
@@ -51,6 +55,11 @@ options:
     type: str
     choices: [acquire, phase, finish, release, read]
     default: read
+  run_nonce:
+    description:
+      - One random value per playbook run (8 to 64 letters and digits), recorded with the lock; the rollout role makes it once on the
+        controller. Without it two runs of one O(rollout_id) cannot be told apart (a re-run resumes).
+    type: str
   owner:
     description: Who runs the rollout (for example C(alice@ctl-01 job 42)), shown to anyone it blocks. Required with O(action=acquire).
     type: str
@@ -133,6 +142,9 @@ rollout:
     id:
       description: The rollout that holds or last held the node.
       type: str
+    run:
+      description: The run nonce of the run that holds or last held the node (O(run_nonce)); V(null) when none was given.
+      type: str
     owner:
       description: Who runs it.
       type: str
@@ -160,6 +172,7 @@ rollout:
       elements: dict
   sample:
     id: r-3f2a9c01de
+    run: 7c1e0b9a44d2f6a1
     owner: alice@ctl-01 job 42
     acquired_at: 1764590000.1
     heartbeat_at: 1764590042.7
@@ -206,6 +219,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             rollout_id=dict(type="str", required=True),
+            run_nonce=dict(type="str"),
             action=dict(type="str", choices=list(ROLLOUT_ACTIONS), default="read"),
             owner=dict(type="str"),
             phase=dict(type="str"),

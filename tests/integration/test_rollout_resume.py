@@ -1,9 +1,11 @@
 """playbooks/upgrade.yml interrupted and resumed, and its lock, on 8 simulated nodes over real SSH and real Slurm.
 
 The fleet (tests/fixtures/rollout/fleet-resume.yml, 127.0.27.x, slurmctld on 18700). While a rollout runs, a second
-rollout (another id) over the same nodes refuses before it touches any, naming the owner and the age of the lock.
-The first rollout's ansible-playbook is then killed (SIGKILL) while a wave is in flight; run again it resumes and
-completes; a third run changes nothing. Then a new BOM with the stop switch: the stop file (gpufleet_stop_file) put
+rollout (another id) over the same nodes refuses before it touches any, naming the owner and the age of the lock, and
+so does a second run of the same rollout (the same id: another operator, an AWX job). The first rollout's
+ansible-playbook is then killed (SIGKILL) while a wave is in flight; run again at once it is refused as a twin (the
+killed run's heartbeat is fresh), run with a gpufleet_lock_stale_seconds under the lock's age it takes the nodes over,
+resumes and completes; a third run changes nothing. Then a new BOM with the stop switch: the stop file (gpufleet_stop_file) put
 down while the canary is in flight finishes the nodes in flight, starts no new node and says how to resume; with the
 file gone, the same command completes the rollout.
 Run:
@@ -48,8 +50,9 @@ def wait_for(what, check, timeout: float, proc=None):
 
 
 def ours_draining(fleet, names):
-    """The nodes among names that Slurm shows drained with a gpufleet reason."""
-    return [n for n in names if "DRAIN" in (node := fleet.node(n))["state"] and node["reason"].startswith("gpufleet:")]
+    """The nodes among names that Slurm shows drained with a gpufleet reason (one scontrol call for all of them)."""
+    nodes = fleet.nodes()
+    return [n for n in names if n in nodes and "DRAIN" in nodes[n]["state"] and nodes[n]["reason"].startswith("gpufleet:")]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,7 @@ def interrupted(fleet, tmp_path_factory):
         canary = wait_for("the canary's drain", lambda: ours_draining(fleet, fleet.names), 240, proc)[0]
         rollout_id = fleet.rollout_section(canary)["id"]
         second = fleet.upgrade(out / "second", gpufleet_rollout_id="r-second", **SHAPE)
+        twin = fleet.upgrade(out / "twin", **SHAPE)  # the same BOM, so the same rollout id: another run of it
         # Then a wave node is drained (in flight): kill the playbook there.
         wave_node = wait_for("a wave node's drain", lambda: ours_draining(fleet, [n for n in fleet.names if n != canary]), 300, proc)[0]
         fleet.kill(proc)
@@ -69,10 +73,12 @@ def interrupted(fleet, tmp_path_factory):
         if proc.poll() is None:
             fleet.kill(proc)
     killed_states = {n: fleet.rollout_section(n) for n in fleet.names}
-    resumed = fleet.upgrade(report, **SHAPE)
+    too_soon = fleet.upgrade(out / "too-soon", **SHAPE)  # the killed run's heartbeat is fresh: it could still be alive
+    time.sleep(3)
+    resumed = fleet.upgrade(report, gpufleet_lock_stale_seconds=2, **SHAPE)  # the operator says: that run is gone
     third = fleet.upgrade(report, **SHAPE)
-    return {"id": rollout_id, "canary": canary, "second": second, "wave_node": wave_node, "killed": killed_states,
-            "resumed": resumed, "third": third, "first_log": (out / "first.log").read_text()}
+    return {"id": rollout_id, "canary": canary, "second": second, "twin": twin, "wave_node": wave_node, "killed": killed_states,
+            "too_soon": too_soon, "resumed": resumed, "third": third, "first_log": (out / "first.log").read_text()}
 
 
 def test_a_second_rollout_refuses_naming_the_owner_and_age(fleet, interrupted):
@@ -84,6 +90,18 @@ def test_a_second_rollout_refuses_naming_the_owner_and_age(fleet, interrupted):
     # Its lock was never taken on any node: every section still names the first rollout.
     for name, section in interrupted["killed"].items():
         assert section.get("id") == interrupted["id"], (name, section)
+
+
+@pytest.mark.parametrize("run", ["twin", "too_soon"])
+def test_a_second_run_of_the_same_rollout_refuses_while_the_first_may_live(interrupted, run):
+    refused = interrupted[run]
+    assert refused.returncode != 0
+    assert f"rollout {interrupted['id']} refuses to start" in refused.stdout, refused.stdout[-4000:]
+    assert f"held by another run of the same rollout {interrupted['id']}" in refused.stdout, refused.stdout[-4000:]
+    assert "gpufleet_lock_stale_seconds" in refused.stdout and "No node was touched" in refused.stdout
+    # Its nonce was never recorded: every node still names the first run's.
+    runs = {section.get("run") for section in interrupted["killed"].values()}
+    assert len(runs) == 1 and None not in runs, interrupted["killed"]
 
 
 def test_the_killed_rollout_left_a_wave_in_flight(interrupted):
@@ -105,6 +123,8 @@ def assert_completed(fleet, run, driver, rollout_id=None):
 
 def test_run_again_it_completes(fleet, interrupted):
     assert_completed(fleet, interrupted["resumed"], NEW, interrupted["id"])
+    output = " ".join((interrupted["resumed"].stdout + interrupted["resumed"].stderr).split())  # warnings: stderr, wrapped
+    assert "took over node" in output and "its heartbeat is stale" in output, output[-4000:]
 
 
 def test_a_third_run_changes_nothing(interrupted):

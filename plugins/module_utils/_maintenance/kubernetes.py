@@ -21,10 +21,11 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import ids as _ids
 
 ANNOTATION = "gpufleet.io/cordoned-by"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+ROLLOUT_ID = _ids.ROLLOUT_ID  # one rule for every module that takes a rollout id
 # What k8s_drain (kubernetes.core 6.x) writes in its failure when an eviction is refused: the API server's message
 # for a PodDisruptionBudget that allows no disruption now (HTTP 429 Too Many Requests).
 _EVICT_FAILED = re.compile(r"Failed to delete pod (?P<namespace>[^/\s]+)/(?P<name>\S+) due to: (?P<why>.*)", re.DOTALL)
@@ -53,10 +54,9 @@ def _mapping(value, what):
 
 
 def _check_rollout_id(rollout_id):
-    if not isinstance(rollout_id, str) or not ROLLOUT_ID.fullmatch(rollout_id):
-        raise KubernetesMaintenanceError(
-            f"rollout_id {rollout_id!r} must be 1 to 64 letters, digits, '.', '_' or '-': it is written into the {ANNOTATION} annotation"
-        )
+    problem = _ids.rollout_id_problem(rollout_id)
+    if problem:
+        raise KubernetesMaintenanceError(problem)
 
 
 def read_node(node):

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.slurm import parse_show_nodes
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import clock as _clock
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import ids as _ids
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError, max_unavailable_count
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Scontrol, ToolError
 
@@ -41,7 +42,7 @@ MAX_POLL = 3600
 MAX_POOL = 100_000
 LISTED = 25  # nodes named in a refusal; the rest are counted
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+ROLLOUT_ID = _ids.ROLLOUT_ID  # one rule for every module that takes a rollout id
 OWNER_TAG = re.compile(r"[A-Za-z0-9._-]{1,64}")
 UNAVAILABLE_BASES = frozenset(("DOWN", "FUTURE", "UNKNOWN", "ERROR"))
 UNAVAILABLE_FLAGS = frozenset(
@@ -120,8 +121,9 @@ def check_params(params):
     except BudgetError as exc:
         raise CapacityArgumentError(str(exc), option="max_unavailable") from None
     rollout_id = params.get("rollout_id")
-    if rollout_id is not None and not ROLLOUT_ID.fullmatch(rollout_id):
-        raise CapacityArgumentError(f"rollout_id {rollout_id!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option="rollout_id")
+    problem = _ids.rollout_id_problem(rollout_id, required=False)
+    if problem:
+        raise CapacityArgumentError(problem, option="rollout_id")
     owner_tag = params.get("owner_tag")
     if not isinstance(owner_tag, str) or not OWNER_TAG.fullmatch(owner_tag):
         raise CapacityArgumentError(f"owner_tag {owner_tag!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option="owner_tag")

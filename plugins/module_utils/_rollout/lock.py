@@ -9,13 +9,18 @@ start. The lock is the ``rollout`` section of the node state file (``_state``), 
 load-change-save under the state file's flock (``_state.update``), so two controllers acquiring one
 node at once cannot both win. The section::
 
-    {"id", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at",
+    {"id", "run", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at",
      "phases": [{"name", "start", "end", "status", "detail"}]}
 
 ``status`` ``running`` holds the node; ``done`` (finished, with ``result``) and ``released`` free it.
 Times are epoch seconds from the injectable clock (``_rollout.clock``); the heartbeat is refreshed by
 every change, and a lock whose heartbeat is older than ``stale_after`` is stale: reported with its
 owner and age, taken over only with ``break_stale``.
+
+``run`` is the run nonce: one random value per playbook run, made on the controller. Two runs of one rollout id (the
+default id is the BOM's hash: two operators, a CLI run and an AWX job) are twins: an acquire whose nonce differs from
+the holder's is refused while the holder's heartbeat is fresh, and takes the node over (with a warning) once it is stale
+(a run resumed after a crash). Phases, finish and release of a run whose node was taken over are refused or ignored.
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ import socket
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import clock as _clock
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.ids import rollout_id_problem
 
 ROLLOUT_ACTIONS = ("acquire", "phase", "finish", "release", "read")
 PHASE_STATUSES = _state.PHASE_STATUSES
 RESULTS = _state.ROLLOUT_RESULTS
-ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+RUN_NONCE = re.compile(r"[A-Za-z0-9]{8,64}")
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 OWNER = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 MAX_DETAIL = 4000
@@ -52,9 +58,13 @@ class LockRefused(GpufleetError):
 def check_params(params):
     """The options, checked; RolloutStateArgumentError names the option and what to give."""
     options = dict(params)
-    rollout_id = params.get("rollout_id")
-    if not isinstance(rollout_id, str) or not ROLLOUT_ID.fullmatch(rollout_id):
-        raise RolloutStateArgumentError(f"rollout_id {rollout_id!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option="rollout_id")
+    problem = rollout_id_problem(params.get("rollout_id"))
+    if problem:
+        raise RolloutStateArgumentError(problem, option="rollout_id")
+    run_nonce = params.get("run_nonce")
+    if run_nonce is not None and (not isinstance(run_nonce, str) or not RUN_NONCE.fullmatch(run_nonce)):
+        raise RolloutStateArgumentError("run_nonce must be 8 to 64 letters and digits, one random value per playbook run (the rollout role "
+                                        "makes it on the controller)", option="run_nonce")
     action = params.get("action")
     if action not in ROLLOUT_ACTIONS:
         raise RolloutStateArgumentError(f"action must be one of {', '.join(ROLLOUT_ACTIONS)}, got {action!r}", option="action")
@@ -112,7 +122,7 @@ def _iso(now):
 def section(doc):
     """The ``rollout`` section with every key present (a file written before the lock existed has only id and phase)."""
     rollout = copy.deepcopy(doc.get("rollout") or {})  # a copy to the phases: a diff's before must not change with after
-    for key in ("id", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at"):
+    for key in ("id", "run", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at"):
         rollout.setdefault(key, None)
     rollout["phases"] = list(rollout.get("phases") or [])
     return rollout
@@ -137,6 +147,30 @@ def _holder(rollout, info):
     return f"rollout {rollout['id']} ({rollout.get('owner') or 'owner not recorded'}, {age}, phase {rollout.get('phase') or 'none'})"
 
 
+def _other_run(rollout, options):
+    """True when the node is held by another run (another nonce) of this same rollout id: a twin, or the run that took over from us."""
+    nonce = options.get("run_nonce")
+    return (rollout["id"] == options["rollout_id"] and rollout["status"] == "running" and bool(nonce) and bool(rollout.get("run"))
+            and rollout["run"] != nonce)
+
+
+def _twin_refused(rollout, info, node, options):
+    return LockRefused(
+        f"node {node} is held by another run of the same {_holder(rollout, info)}: two runs of one rollout would work the same nodes at "
+        "once. Wait for that run to finish, or stop it first. If it is no longer running (killed, crashed), this run takes the node over "
+        f"once its heartbeat is older than {options['stale_after']} s (gpufleet_lock_stale_seconds; a lower value takes it over sooner)",
+        node=node, lock=info,
+    )
+
+
+def _taken_over(rollout, info, node):
+    return LockRefused(
+        f"node {node} is held by another run of the same {_holder(rollout, info)}, which took it over from this run (this run's heartbeat "
+        "was stale): this run no longer holds the node and records nothing on it; stop this run and let the other one finish",
+        node=node, lock=info,
+    )
+
+
 def _not_held(rollout, rollout_id, node):
     if rollout["id"] == rollout_id and rollout["status"] == "done":
         return LockRefused(f"rollout {rollout_id} has finished on node {node} (result {rollout['result']}): nothing more to record; "
@@ -158,7 +192,16 @@ def _acquire(doc, rollout, options, now, node, warnings):
     if rollout["id"] == rollout_id:
         if rollout["status"] == "done":
             return False  # a finished rollout run again changes nothing
-        rollout.update(owner=options["owner"], status="running", heartbeat_at=now, acquired_at=rollout["acquired_at"] or now)
+        if _other_run(rollout, options):
+            info = lock_info(rollout, now, options["stale_after"])
+            if not info["stale"]:
+                raise _twin_refused(rollout, info, node, options)
+            warnings.append(f"took over node {node} from an earlier run of the same {_holder(rollout, info)}: its heartbeat is stale")
+            _state.append_history(doc, "rollout", "take_over_stale_run", before=rollout["run"], after=options["run_nonce"], result="ok",
+                                  rollout_id=rollout_id, now=_iso(now),
+                                  details={"owner": rollout.get("owner"), "age_s": info["age_s"], "phase": rollout.get("phase")})
+        rollout.update(owner=options["owner"], status="running", heartbeat_at=now, acquired_at=rollout["acquired_at"] or now,
+                       run=options.get("run_nonce") or rollout.get("run"))
     else:
         info = lock_info(rollout, now, options["stale_after"])
         if info["held_by"]:
@@ -180,8 +223,8 @@ def _acquire(doc, rollout, options, now, node, warnings):
                                   details={"owner": rollout.get("owner"), "age_s": info["age_s"], "phase": rollout.get("phase")},
                                   now=_iso(now))
         rollout.clear()
-        rollout.update(id=rollout_id, owner=options["owner"], acquired_at=now, heartbeat_at=now, wave=None, phase=None, status="running",
-                       result=None, phases=[], updated_at=None)
+        rollout.update(id=rollout_id, run=options.get("run_nonce"), owner=options["owner"], acquired_at=now, heartbeat_at=now, wave=None,
+                       phase=None, status="running", result=None, phases=[], updated_at=None)
     if options.get("wave") is not None:
         rollout["wave"] = options["wave"]
     return True
@@ -237,17 +280,23 @@ def apply(doc, options, now, node, warnings):
     elif action == "phase":
         if rollout["id"] != rollout_id or rollout["status"] != "running":
             raise _not_held(rollout, rollout_id, node)
+        if _other_run(rollout, options):
+            raise _taken_over(rollout, lock_info(rollout, now, options["stale_after"]), node)
         changed = _phase_then_next(rollout, options, now)
     elif action == "finish":
         if rollout["id"] != rollout_id:
             raise _not_held(rollout, rollout_id, node)
+        if _other_run(rollout, options):
+            raise _taken_over(rollout, lock_info(rollout, now, options["stale_after"]), node)
         if rollout["status"] != "done" or rollout["result"] != options["result"]:
             rollout.update(status="done", result=options["result"], heartbeat_at=now)
             _state.append_history(doc, "rollout", "finish", after=options["result"], result="ok", rollout_id=rollout_id, now=_iso(now),
                                   details={"phases": len(rollout["phases"]), "wave": rollout["wave"]})
             changed = True
     elif action == "release":
-        if rollout["id"] == rollout_id and rollout["status"] == "running":
+        if _other_run(rollout, options):
+            warnings.append(f"node {node} is held by another run of rollout {rollout_id}: its lock is left as it is")
+        elif rollout["id"] == rollout_id and rollout["status"] == "running":
             rollout.update(status="released", heartbeat_at=now)
             changed = True
         elif rollout["status"] == "running":

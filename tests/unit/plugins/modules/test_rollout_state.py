@@ -138,6 +138,66 @@ def test_the_same_rollout_resumes_and_keeps_its_phases(node):
     assert [p["name"] for p in rollout["phases"]] == ["drain"]
 
 
+# --- two runs of one rollout id (the run nonce) ------------------------------------------------------------------------
+
+RUN_A, RUN_B = "a1b2c3d4e5f60718", "0f1e2d3c4b5a6978"
+
+
+def test_a_twin_run_of_the_same_rollout_is_refused_while_the_holder_lives(node):
+    acquire(node, run_nonce=RUN_A)
+    node(action="phase", phase="drain", status="started", run_nonce=RUN_A)
+    before = node.path.read_bytes()
+    node.clock.now_s += 60
+    for check_mode in (False, True):
+        twin = acquire(node, owner="bob@ctl-02 awx 7", run_nonce=RUN_B, check_mode=check_mode)
+        assert twin["failed"] is True and twin["changed"] is False
+        assert twin["msg"].startswith("node gpu-07 is held by another run of the same rollout r-1 (alice@ctl-01 job 42, age 60 s, phase drain)")
+        assert "gpufleet_lock_stale_seconds" in twin["msg"]
+        assert twin["lock"]["held_by"] == "r-1" and twin["lock"]["stale"] is False
+    assert node.path.read_bytes() == before
+    # the holder goes on: its own nonce still holds the node
+    assert acquire(node, run_nonce=RUN_A)["rollout"]["run"] == RUN_A
+    assert node(action="phase", phase="drain", status="ok", run_nonce=RUN_A)["changed"] is True
+
+
+def test_a_run_resumed_after_a_crash_takes_over_a_stale_lock_of_its_own_rollout(node):
+    acquire(node, run_nonce=RUN_A, wave=2)
+    node(action="phase", phase="driver", status="started", run_nonce=RUN_A)
+    node.clock.now_s += 3601
+    resumed = acquire(node, owner="alice@ctl-01 job 43", run_nonce=RUN_B, stale_after=3600)
+    assert resumed["changed"] is True and not resumed.get("failed"), resumed
+    rollout = resumed["rollout"]
+    assert rollout["run"] == RUN_B and rollout["status"] == "running" and [p["name"] for p in rollout["phases"]] == ["driver"]
+    assert rollout["acquired_at"] == T0 and rollout["wave"] == 2
+    assert any("took over node gpu-07 from an earlier run of the same rollout r-1" in w for w in node.warnings)
+    history = node.doc()["history"][-1]
+    assert (history["action"], history["before"], history["after"]) == ("take_over_stale_run", RUN_A, RUN_B)
+    # the old run, if it was only slow, has lost the node: its records are refused, its release leaves the lock
+    late = node(action="phase", phase="driver", status="ok", run_nonce=RUN_A)
+    assert late["failed"] is True and "held by another run of the same rollout r-1" in late["msg"]
+    assert "which took it over from this run" in late["msg"] and "stop this run" in late["msg"]
+    late_finish = node(action="finish", result="upgraded", run_nonce=RUN_A)
+    assert late_finish["failed"] is True and "which took it over from this run" in late_finish["msg"]
+    assert node(action="release", run_nonce=RUN_A)["changed"] is False
+    assert node.doc()["rollout"]["run"] == RUN_B and node.doc()["rollout"]["status"] == "running"
+    assert node(action="finish", result="upgraded", run_nonce=RUN_B)["rollout"]["status"] == "done"
+
+
+@pytest.mark.parametrize(("held", "asked"), [(None, RUN_B), (RUN_A, None), (RUN_A, RUN_A)])
+def test_without_two_different_nonces_the_same_rollout_resumes(node, held, asked):
+    acquire(node, **({"run_nonce": held} if held else {}))
+    node.clock.now_s += 30
+    resumed = acquire(node, **({"run_nonce": asked} if asked else {}))
+    assert resumed["changed"] is True and not resumed.get("failed"), resumed
+    assert resumed["rollout"]["run"] == (asked or held)
+
+
+def test_a_released_lock_of_the_same_rollout_is_taken_by_any_run(node):
+    acquire(node, run_nonce=RUN_A)
+    node(action="release", run_nonce=RUN_A)
+    assert acquire(node, run_nonce=RUN_B)["rollout"]["run"] == RUN_B
+
+
 def test_a_file_of_before_the_lock_is_a_free_node(node):
     node.path.parent.mkdir(parents=True)
     doc = _state.empty()
@@ -268,6 +328,8 @@ def test_a_damaged_state_file_is_refused_and_left_alone(node, content):
         ({"action": "finish", "result": "upgraded", "detail": "x" * 4001}, "detail must be at most 4000"),
         ({"action": "acquire"}, "owner"),
         ({"action": "finish"}, "result"),
+        ({"action": "acquire", "owner": "a", "run_nonce": "short"}, "run_nonce must be 8 to 64 letters and digits"),
+        ({"action": "acquire", "owner": "a", "run_nonce": "a1b2c3d4 e5"}, "run_nonce must be 8 to 64 letters and digits"),
     ],
 )
 def test_bad_options_are_refused_before_the_file_is_touched(node, args, words):
