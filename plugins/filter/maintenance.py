@@ -6,7 +6,7 @@
 
 Documentation of each filter in the adjacent <filter_name>.yml file; the logic is in
 plugins/module_utils/_maintenance/kubernetes.py (pure functions over the Kubernetes API's JSON) and
-plugins/module_utils/_maintenance/slurm.py (a Slurm reboot that never starts).
+plugins/module_utils/_maintenance/slurm.py (a Slurm reboot that never starts, the job ids given to scancel).
 """
 
 from __future__ import annotations
@@ -42,4 +42,5 @@ class FilterModule:
             "k8s_drain_blockers": _filter("k8s_drain_blockers", kubernetes.drain_blockers),
             "k8s_drain_outcome": _filter("k8s_drain_outcome", kubernetes.drain_outcome),
             "slurm_reboot_next": _filter("slurm_reboot_next", slurm.reboot_next),
+            "slurm_scancel_ids": _filter("slurm_scancel_ids", slurm.scancel_ids),
         }

@@ -12,6 +12,9 @@ version_added: 0.1.0
 description:
   - Verifies the sha256 of every image (O(checksum), O(checksums)) before anything else, then reads each image with
     C(flint -i IMG q) (PSID and firmware version) and checks it with C(flint -i IMG v).
+  - Each image is first copied into a private folder of the module (mode 0700) and the sha256 is computed on that copy,
+    which is the file every C(flint) command reads and burns; the file at the image's path may be swapped after the check
+    (a folder a job user can write), the copy cannot. The result names the image by its path.
   - Lists the NICs with C(mlxfwmanager --query --query-format XML) (NVIDIA MFT); where MFT is absent it queries each of
     O(devices) with C(flint -d DEV q) or C(mstflint -d DEV q). The firmware on flash and the one running come from
     C(flint -d DEV q).

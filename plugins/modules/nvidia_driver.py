@@ -57,6 +57,9 @@ options:
     description:
       - Path on the node of C(NVIDIA-Linux-x86_64-<version>.run) (absolute), or an C(https://) URL to download it from.
         Required with O(method=runfile) unless O(presigned_url) is given.
+      - A path is copied into a private folder of the module (mode 0700) and the sha256 is checked on that copy, which is
+        what the installer runs; the file at the path may be swapped after the check (a folder a job user can write), the copy cannot.
+      - A URL must be C(https://); C(http://) and C(ftp://) are refused. Redirects are followed only to C(https://) URLs.
       - A URL with a user name or password (C(user:password@host)) or with a signature, credential or token in its query
         (C(X-Amz-Signature), C(X-Amz-Credential), C(sig), C(token)...) is refused before anything runs, since this option is
         logged with the task's arguments. Use O(url_username) and O(url_password), O(url_headers), or O(presigned_url), which are C(no_log).
@@ -64,12 +67,14 @@ options:
   presigned_url:
     description:
       - An C(https://) URL of the runfile that carries its own credentials (an S3 or GCS presigned URL, an Azure SAS URL),
-        instead of O(source). It is C(no_log); messages show it without its query string.
+        instead of O(source). It is C(no_log); messages show it without its query string. Any other scheme is refused.
     type: str
   url_username:
     description:
       - User name for the download when O(source) is a URL, sent with the first request (HTTP basic authentication).
-      - O(url_username), O(url_password) and O(url_headers) are sent only over C(https://); with an C(http://) or C(ftp://) URL the module refuses them.
+      - O(url_username), O(url_password) and O(url_headers) are sent only over C(https://), and only to the scheme, host and port of
+        the URL given. A redirect to another host or port (a CDN, an object store) is followed without them; a redirect to
+        anything but C(https://) is refused before anything is sent there.
     type: str
   url_password:
     description: Password for the download when O(source) is a URL (with O(url_username)).
@@ -263,6 +268,16 @@ gpu_processes_killed:
   type: list
   elements: dict
   sample: [{pid: 4242, process_name: python3, gpu_uuid: GPU-5d3c0b8e-1a2b-3c4d-5e6f-708192a3b4c5, used_memory: 30712}]
+runfile:
+  description:
+    - The runfile that was verified and installed (O(method=runfile)). The installer runs a private copy made in the
+      module's temporary folder (mode 0700), the copy whose sha256 was checked, never the file at O(source).
+    - C(source) is O(source), or the URL given without its user, password, query and fragment; C(url) is the URL the file
+      came from after C(redirects) redirects, shown the same way.
+  returned: when the runfile method changed the driver
+  type: dict
+  sample: {source: https://artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run, url: https://cdn.example.com/NVIDIA-Linux-x86_64-550.90.07.run,
+           redirects: 1, sha256: 1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b}
 commands_run:
   description: Number of processes the module started.
   returned: always

@@ -82,6 +82,8 @@ class DriverManager:
             return result
 
         self._prepare(the_plan)
+        if getattr(self.method, "artifact", None):
+            result["runfile"] = self.method.artifact  # what was verified and installed; URLs without their secrets
         self._record_start(before, the_plan)
         try:
             result["gpu_processes_killed"] = self._act(before, the_plan)

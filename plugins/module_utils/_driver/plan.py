@@ -68,7 +68,7 @@ def _check_source(options):
     source, presigned = options.get("source"), options.get("presigned_url")
     if source and presigned:
         raise PlanError("give source or presigned_url, not both")
-    if presigned and not _artifact.is_url(presigned):
+    if presigned and not _artifact.is_https(presigned):
         raise PlanError("presigned_url must be an https:// URL (its value is not shown: it is no_log)")
     if not source:
         return
@@ -79,6 +79,12 @@ def _check_source(options):
                 f"source carries {reason}: such a value would be logged with the task's arguments. Nothing was changed. "
                 f"Give the URL without it and use {_URL_OPTIONS}: those options are no_log"
             )
+        if not _artifact.is_https(source):
+            raise PlanError(
+                f"source {_artifact.redact_url(source)} is not an https:// URL: the runfile is downloaded only over https "
+                "(http:// and ftp:// can be read and redirected by anyone on the way). Serve it over https, or copy it to the node "
+                "and give its path"
+            )
     elif not os.path.isabs(source) or any(c in source for c in "\n\r\x00"):
         raise PlanError(f"source must be an absolute path on the node or an https:// URL, got {source!r}")
 
@@ -86,13 +92,7 @@ def _check_source(options):
 def _check_url_options(options):
     if options.get("url_password") is not None and not options.get("url_username"):
         raise PlanError("url_password needs url_username (HTTP basic authentication sends both)")
-    url = options.get("presigned_url") or options.get("source") or ""
-    credentials = options.get("url_username") or options.get("url_password") or options.get("url_headers")
-    if credentials and _artifact.is_url(url) and not url.lower().startswith("https://"):
-        raise PlanError(
-            f"url_username, url_password and url_headers are sent only over https://, and the runfile URL is {_artifact.redact_url(url)}: "
-            "serve it over https (its sha256 is checked either way)"
-        )
+    # Sent over https only, and only to the URL's own origin (never across a redirect): _check_source and _artifact.fetch.
     for name, value in (options.get("url_headers") or {}).items():
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
             raise PlanError(f"url_headers: {name!r} is not an HTTP header name (letters, digits and !#$%&'*+.^_`|~-)")

@@ -65,22 +65,32 @@ class RunfileMethod:
         self.options = options
         self.counter = counter
         self.path = None
+        self.artifact = None
 
     def prepare(self):
-        """Download (``source`` a URL, or ``presigned_url``) and verify the sha256; DriverError on mismatch. Returns the path."""
+        """Download (``source`` a URL, or ``presigned_url``) or copy (a path) the runfile into a private folder and verify
+        the sha256 of that copy; DriverError on mismatch. Returns the path of the copy, the file the installer runs.
+
+        A path on the node is never run where it lies: a job user who can write its folder could swap it between
+        the check and the installer. ``self.artifact`` says what was verified (URLs without their secrets).
+        """
+        if self.options.get("state") == "absent":
+            return None  # nvidia-uninstall needs no runfile
         source = self.options.get("presigned_url") or self.options["source"]
         try:
             if _artifact.is_url(source):
                 low, high = DOWNLOAD_SOCKET_TIMEOUT
-                dest = os.path.join(self.module.tmpdir, f"NVIDIA-Linux-{self.options['version']}.run")
-                path = _artifact.fetch(
-                    self.module, source, dest, self.options["checksum_hex"], headers=self.options.get("url_headers"),
-                    url_username=self.options.get("url_username"), url_password=self.options.get("url_password"),
-                    timeout=max(low, min(self.options["timeout"], high)),
+                dest = os.path.join(_artifact.private_folder(self.module.tmpdir), f"NVIDIA-Linux-{self.options['version']}.run")
+                got = _artifact.fetch(
+                    self.module, source, dest, self.options["checksum_hex"],
+                    headers=self.options.get("url_headers"), url_username=self.options.get("url_username"),
+                    url_password=self.options.get("url_password"), timeout=max(low, min(self.options["timeout"], high)),
                 )
+                path = got["path"]
+                self.artifact = {"source": _artifact.redact_url(source), "url": got["url"], "redirects": got["redirects"], "sha256": got["sha256"]}
             else:
-                _artifact.verify(source, self.options["checksum_hex"])
-                path = source
+                path, sha256 = _artifact.private_copy(source, self.options["checksum_hex"], self.module.tmpdir)
+                self.artifact = {"source": source, "sha256": sha256}
         except _artifact.ArtifactError as exc:
             raise DriverError(exc.msg, **exc.details) from exc
         self.path = path

@@ -5,13 +5,14 @@
 """The mlxfw module's logic: ConnectX / BlueField firmware by PSID (private: may change without notice).
 
 Read, plan, act, re-read. Every option is checked and every image's sha256 verified before the first
-command; then each image is read (``flint -i IMG q``: PSID, version) and verified (``flint -i IMG v``),
-the devices are queried (``mlxfwmanager --query --query-format XML``, or ``flint -d DEV q`` per named
-device where MFT is absent) and each device gets the image of its PSID. A downgrade needs
-``allow_downgrade``; a device without an image of its PSID fails the run unless ``unmatched=skip``; a
-device the tool cannot open is reported with its status and never flashed. The new firmware is
-activated with ``mlxfwreset`` at level 3 when the device supports it, else the result says a reboot is
-needed.
+command, on a private copy of the image (``_artifact.private_copy``) that every later command reads and
+burns: the file at the operator's path may be swapped after the check, the copy cannot. Then each image
+is read (``flint -i IMG q``: PSID, version) and verified (``flint -i IMG v``), the devices are queried
+(``mlxfwmanager --query --query-format XML``, or ``flint -d DEV q`` per named device where MFT is
+absent) and each device gets the image of its PSID. A downgrade needs ``allow_downgrade``; a device
+without an image of its PSID fails the run unless ``unmatched=skip``; a device the tool cannot open is
+reported with its status and never flashed. The new firmware is activated with ``mlxfwreset`` at level
+3 when the device supports it, else the result says a reboot is needed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import ArtifactError, parse_checksum, verify
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import ArtifactError, parse_checksum, private_copy
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx as parse
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
@@ -151,6 +152,7 @@ class NicFirmware:
         self.notes = []
         self._flint = None
         self._reset_tool = None
+        self.copies = {}  # image path as given -> its verified private copy, the file flint reads and burns
 
     # -- tools ---------------------------------------------------------------------------------------
     @property
@@ -169,14 +171,15 @@ class NicFirmware:
         """Each image verified (sha256 first, then ``flint -i IMG v``) with its PSID and version."""
         for image in self.options["images"]:
             try:
-                image["sha256"] = verify(image["path"], image["checksum"])
+                self.copies[image["path"]], image["sha256"] = private_copy(image["path"], image["checksum"], self.module.tmpdir)
             except ArtifactError as exc:
                 raise MlxFwError(exc.msg, image=image["path"], **exc.details) from exc
         images = []
         by_psid = {}
         for image in self.options["images"]:
+            copy = self.copies[image["path"]]
             try:
-                query = parse.parse_flint_query(self.flint.query_image(image["path"]))
+                query = parse.parse_flint_query(self.flint.query_image(copy))
             except ToolError as exc:
                 raise MlxFwError(
                     f"{self.flint.name} cannot read {image['path']} (-i IMG q): {exc.msg}. It is not a firmware image it knows. Nothing was changed",
@@ -188,7 +191,7 @@ class NicFirmware:
             except ValueError as exc:
                 raise MlxFwError(f"{image['path']}: {exc}. Nothing was changed") from exc
             try:
-                self.flint.verify_image(image["path"])
+                self.flint.verify_image(copy)
             except ToolError as exc:
                 raise MlxFwError(
                     f"{image['path']} fails {self.flint.name}'s image verification (-i IMG v): it is damaged or not a firmware image. Nothing was changed",
@@ -405,7 +408,7 @@ class NicFirmware:
 
     def _burn(self, entry):
         try:
-            self.flint.burn(entry["pci"], entry["image"], timeout=self.options["timeout"])
+            self.flint.burn(entry["pci"], self.copies[entry["image"]], timeout=self.options["timeout"])
         except ToolError as exc:
             raise MlxFwError(
                 f"burning {entry['image']} onto {entry['pci']} failed: {exc.msg}. The device may hold a partly written image in its "

@@ -20,6 +20,7 @@ import time
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.slurm import REBOOT_FLAGS, parse_show_node, parse_slurm_user, parse_squeue
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import ids as _ids
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import MAX_TIMEOUT, Scontrol, Tool, ToolError
 
 # One Slurm call should answer within MessageTimeout (10 s by default); allow for a slow controller.
@@ -28,12 +29,15 @@ _NOT_FOUND = re.compile(r"Node \S+ not found")
 # BootTime as scontrol prints it (SLURM_TIME_FORMAT=standard): when slurmd last registered a boot.
 _BOOT_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 # Options are checked with fullmatch: "$" would let a trailing newline through ("r1\n").
-ROLLOUT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+ROLLOUT_ID = _ids.ROLLOUT_ID  # one rule for every module that takes a rollout id
 OWNER_TAG = re.compile(r"[A-Za-z0-9._-]{1,64}")
 # One Slurm NodeName: no hostlist expression (gpu[01-04]), no list (a,b), no space.
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 # Printable text; no newline (Slurm prints each reason line apart), no tab or other control character.
 REASON_TEXT = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")
+# A job id scancel is given: a job (1234), an array task (1234_7) or a heterogeneous job component (1234+1), as squeue
+# prints the jobs running on a node. Nothing that scancel could read as an option, a filter or a second argument.
+SCANCEL_JOB_ID = re.compile(r"[0-9]{1,10}(?:_[0-9]{1,10}|\+[0-9]{1,10})?")
 POLL_INTERVAL_MAX = 3600
 
 
@@ -80,10 +84,9 @@ def check_params(params):
             "(the same one the drain used); only state=resumed with force=true goes without it.",
             option="rollout_id",
         )
-    if rollout_id is not None and not ROLLOUT_ID.fullmatch(rollout_id):
-        raise SlurmArgumentError(
-            f"rollout_id {rollout_id!r} may hold only letters, digits, '.', '_' and '-' (1 to 64, no space or newline)", option="rollout_id",
-        )
+    problem = _ids.rollout_id_problem(rollout_id, required=False)
+    if problem:
+        raise SlurmArgumentError(problem, option="rollout_id")
     owner_tag = params.get("owner_tag")
     if not isinstance(owner_tag, str) or not OWNER_TAG.fullmatch(owner_tag):
         raise SlurmArgumentError(
@@ -504,6 +507,31 @@ _REBOOT_PATH_TEXT = {
     "node": "the node's own reboot command",
     "bmc": "its BMC (Redfish ComputerSystem.Reset ForceRestart)",
 }
+
+
+def scancel_ids(jobs):
+    """The job ids of ``jobs`` (slurm_node's ``jobs``: ``[{"id", "user", "name"}]``) for ``scancel``, each once, in order.
+
+    SlurmArgumentError naming the entry (``jobs[2].id``) for anything that is not a job id Slurm prints for a running
+    job (digits, ``<job>_<task>`` of an array, ``<job>+<offset>`` of a heterogeneous job): such a value came from
+    somewhere else than squeue, and nothing is cancelled.
+    """
+    if not isinstance(jobs, (list, tuple)):
+        raise SlurmArgumentError(f"jobs must be a list of jobs ({{id, user, name}} as slurm_node returns them), got {type(jobs).__name__}")
+    ids = []
+    for index, job in enumerate(jobs):
+        value = job.get("id") if isinstance(job, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or not SCANCEL_JOB_ID.fullmatch(value):
+            shown = repr(value)[:40] if isinstance(value, str) else type(value).__name__
+            raise SlurmArgumentError(
+                f"jobs[{index}].id {shown} is not a Slurm job id (digits, <job>_<task> of an array or <job>+<offset> of a "
+                "heterogeneous job, as squeue prints them): nothing was cancelled"
+            )
+        if value not in ids:
+            ids.append(value)
+    return ids
 
 
 def reboot_next(started, asked, node=None, bmc=False, waited=None):

@@ -11,7 +11,7 @@ NODE = {"kind": "Node", "metadata": {"name": "gpu-01", "resourceVersion": "7"}, 
 
 
 def test_filters_are_exported():
-    assert set(FILTERS) == {"k8s_cordon_plan", "k8s_uncordon_plan", "k8s_drain_blockers", "k8s_drain_outcome", "slurm_reboot_next"}
+    assert set(FILTERS) == {"k8s_cordon_plan", "k8s_uncordon_plan", "k8s_drain_blockers", "k8s_drain_outcome", "slurm_reboot_next", "slurm_scancel_ids"}
 
 
 def test_cordon_then_uncordon_round_trip():

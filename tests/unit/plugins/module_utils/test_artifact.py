@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
+import stat
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact
@@ -133,8 +135,9 @@ def test_fetch_verifies_then_renames(tmp_path, monkeypatch):
     seen = _fake_fetch(monkeypatch, _Body(body[:10], body[10:]), {"status": 200, "msg": "OK"})
     dest = tmp_path / "image.fwpkg"
     got = fetch(_Module(), URL, str(dest), hashlib.sha256(body).hexdigest(), headers={"X-Token": "t"}, url_username="u", url_password="p", timeout=45)  # noqa: S106 (made up)
-    assert got == str(dest) and dest.read_bytes() == body
-    assert seen["params"] == {"url_username": "u", "url_password": "p", "force_basic_auth": True, "validate_certs": True}
+    assert got == {"path": str(dest), "sha256": hashlib.sha256(body).hexdigest(), "url": "https://artifacts.example.com/fw/image.fwpkg", "redirects": 0}
+    assert dest.read_bytes() == body
+    assert seen["params"] == {"url_username": "u", "url_password": "p", "force_basic_auth": True, "validate_certs": True, "follow_redirects": "none"}
     assert (seen["headers"], seen["timeout"]) == ({"X-Token": "t"}, 45)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["image.fwpkg"]
 
@@ -200,3 +203,86 @@ def test_sub_urls_agrees_with_the_old_pattern_on_random_text():
     for _case in range(3000):
         text = "".join(rng.choice(alphabet) for _char in range(rng.randrange(0, 40)))
         assert _artifact.sub_urls(text, lambda url: f"<{url}>") == _OLD_URL.sub(lambda m: f"<{m.group(0)}>", text), repr(text)
+
+
+# -- private_copy: what is verified is what is used ------------------------------------------------------------------
+
+
+def test_private_copy_verifies_the_bytes_it_copies_into_a_private_folder(tmp_path):
+    source = tmp_path / "scratch" / "NVIDIA.run"
+    source.parent.mkdir()
+    source.write_bytes(b"runfile")
+    good = hashlib.sha256(b"runfile").hexdigest()
+    copy, sha256 = _artifact.private_copy(str(source), "sha256:" + good, str(tmp_path))
+    assert sha256 == good
+    assert os.path.basename(copy) == "NVIDIA.run" and os.path.dirname(os.path.dirname(copy)) == str(tmp_path)
+    assert stat.S_IMODE(os.stat(os.path.dirname(copy)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600
+    # The source swapped after the check: the copy is still the verified file.
+    source.write_bytes(b"evil")
+    assert open(copy, "rb").read() == b"runfile"
+
+
+def test_private_copy_mismatch_leaves_nothing_and_names_no_secret(tmp_path):
+    source = tmp_path / "fw.bin"
+    source.write_bytes(b"firmware")
+    out = tmp_path / "tmp"
+    out.mkdir()
+    with pytest.raises(ArtifactError) as caught:
+        _artifact.private_copy(str(source), "0" * 64, str(out), shown="https://u:p@example.com/fw.bin?sig=s")
+    assert caught.value.msg.startswith("checksum mismatch for https://example.com/fw.bin: sha256 is ")
+    assert caught.value.details["sha256"] == hashlib.sha256(b"firmware").hexdigest()
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+def test_private_copy_refuses_what_is_not_a_file_without_hanging(tmp_path, kind):
+    path = tmp_path / "NVIDIA.run"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)  # no writer: a blocking open would hang the module
+    out = tmp_path / "tmp"
+    out.mkdir()
+    with pytest.raises(ArtifactError, match=r"NVIDIA\.run does not exist on the node \(or is not a file\)"):
+        _artifact.private_copy(str(path), "ab" * 32, str(out))
+    assert list(out.iterdir()) == []
+
+
+def test_private_copy_into_a_folder_that_cannot_hold_it_is_an_error_not_a_traceback(tmp_path):
+    source = tmp_path / "fw.bin"
+    source.write_bytes(b"firmware")
+    with pytest.raises(ArtifactError, match=r"^cannot create a private folder in .*/missing: "):
+        _artifact.private_copy(str(source), hashlib.sha256(b"firmware").hexdigest(), str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize(
+    ("current", "location", "credentials", "expected"),
+    [
+        ("https://a.example/x", "/y", True, ("https://a.example/y", True)),
+        ("https://a.example/x", "https://A.EXAMPLE:443/y", True, ("https://A.EXAMPLE:443/y", True)),
+        ("https://a.example/x", "https://a.example:8443/y", True, ("https://a.example:8443/y", False)),
+        ("https://a.example/x", "https://b.example/y?sig=s", True, ("https://b.example/y?sig=s", False)),
+        ("https://a.example/x", "//b.example/y", True, ("https://b.example/y", False)),
+        ("https://a.example/x", "/y", False, ("https://a.example/y", False)),
+        ("https://a.example:8443/x", "https://a.example/y", True, ("https://a.example/y", False)),
+    ],
+)
+def test_redirect_target_keeps_credentials_only_within_the_origin(current, location, credentials, expected):
+    assert _artifact.redirect_target(current, location, credentials) == expected
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("http://a.example/y", "redirected to http://a.example/y: a download follows redirects only to https://"),
+        ("ftp://u:pw@a.example/y?sig=s", "redirected to ftp://a.example/y: a download follows redirects only to https://"),
+        ("file:///etc/shadow", "redirected to file:///etc/shadow: a download follows redirects only to https://"),
+        ("", "answered with a redirect that names no URL"),
+        (None, "answered with a redirect that names no URL"),
+    ],
+)
+def test_redirect_target_refuses_anything_but_https(location, message):
+    with pytest.raises(ArtifactError, match=re.escape(message)) as caught:
+        _artifact.redirect_target("https://a.example/x?token=s", location, True)
+    assert "token=s" not in caught.value.msg and "pw" not in caught.value.msg and "sig=s" not in caught.value.msg

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pathlib
 
 import pytest
 from ansible.module_utils import basic
@@ -83,10 +85,12 @@ class Nics:
             commands.tool("mlxfwmanager")
         commands.tool("mlxfwreset")
         self.reset_rc = 0
+        self.image_reads = []  # (path flint was given, its bytes then): the private copy, never the file at the image's path
         original = commands.run_command
 
         def run_command(module, args, **kwargs):
             self.refresh()
+            args = [self._original(arg) for arg in args]
             answer = original(module, args, **kwargs)
             argv = commands.split_timeout(args)[1]
             if answer[0] == 0 and argv[-1] == "burn":
@@ -98,6 +102,16 @@ class Nics:
             return answer
 
         monkeypatch.setattr(commands, "run_command", run_command)
+
+    def _original(self, arg):
+        """The image's own path for its private copy (the argument lists of these tests name the image), the copy's bytes kept."""
+        folder, name = os.path.split(arg)
+        if os.path.basename(folder).startswith("gpufleet-artifact."):
+            originals = [path for path in self.images if os.path.basename(path) == name]
+            if originals:
+                self.image_reads.append((arg, pathlib.Path(arg).read_bytes()))
+                return originals[0]
+        return arg
 
     def nic(self, pci):
         return next(nic for nic in self.nics if nic["pci"] == pci)
@@ -391,6 +405,27 @@ def test_image_dir_file_names_are_plain(tmp_path, commands, monkeypatch, run_mod
     result = run_module(mlxfw.main, {"image_dir": str(tmp_path), "checksums": {"../etc/fw.bin": "0" * 64}, "state_file": str(node.state_file)})
     assert result["failed"] and "is not a plain file name" in result["msg"]
     assert commands.calls == []
+
+
+def test_flint_reads_and_burns_the_verified_copy_not_the_file_at_the_path(tmp_path, commands, monkeypatch, run_module):
+    """An image in a folder a job user can write, swapped after the sha256 check: every flint command reads what was checked."""
+    node = Nics(tmp_path, commands, monkeypatch, [cx7()])
+    path, checksum = node.image(CX7, "28.43.1014")
+    good = pathlib.Path(path).read_bytes()
+    original = node.refresh
+
+    def swap_after_the_check():
+        original()
+        if node.argvs():  # the first flint command has run: the check is long done
+            pathlib.Path(path).write_bytes(b"evil image\n")
+
+    node.refresh = swap_after_the_check
+    result = run_module(mlxfw.main, args(node, path, checksum, reset="mlxfwreset"))
+    assert not result.get("failed"), result.get("msg")
+    assert [argv[-1] for argv in node.argvs() if path in argv] == ["q", "v", "burn"]
+    assert len(node.image_reads) == 3, "flint was given the file at the image's path, not the private copy"
+    assert {copy for copy, _data in node.image_reads} != {path} and all(data == good for _copy, data in node.image_reads)
+    assert result["images"][0]["path"] == path and result["images"][0]["sha256"] == hashlib.sha256(good).hexdigest()
 
 
 def test_image_that_fails_flint_verify_is_refused(tmp_path, commands, monkeypatch, run_module):

