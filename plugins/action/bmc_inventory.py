@@ -7,7 +7,8 @@ plugin_utils._in_process); anywhere else, the module."""
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.inventory import ARGUMENT_SPEC, run
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.inventory import ARGUMENT_SPEC, run, warnings
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.secrets import masked
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._in_process import InProcessAction
 
 
@@ -16,4 +17,12 @@ class ActionModule(InProcessAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
 
     def run_task(self, params, check_mode):
-        return run(params)
+        result = run(params)
+        if warnings(params):
+            result["warnings"] = warnings(params)
+        return result
+
+    def masked(self, outcome, params, no_log_values):
+        # Each BMC's entry with its own password, the rest with every one: linear in the fleet (_redfish.secrets).
+        del no_log_values
+        return masked(params, outcome)

@@ -32,6 +32,8 @@ options:
   bmcs:
     description:
       - The BMCs to read, one per host. Build it from the inventory with the P(gpufleet.lifecycle.bmc_endpoints#filter) filter.
+      - Not logged - the module's "Invoked with" line in syslog or the journal shows V(NOT_LOGGING_PARAMETER) for it - but
+        returned in C(invocation) with only the passwords masked.
     type: list
     elements: dict
     required: true
@@ -53,11 +55,16 @@ options:
         type: str
         required: true
       password:
-        description: The Redfish user's password. Never returned or logged.
+        description:
+          - The Redfish user's password, sent to this BMC only. Never returned or logged.
+          - Masked in the result as C(no_log) options are, each BMC's entry with its own password (the only one it was sent), in
+            time linear in the number of BMCs.
         type: str
         required: true
   validate_certs:
-    description: Verify each BMC's TLS certificate and that it names the address given.
+    description:
+      - Verify each BMC's TLS certificate and that it names the address given.
+      - V(false) warns - anyone on the network path to a BMC could pose as it and receive its user and password.
     type: bool
     default: true
   ca_path:
@@ -152,16 +159,19 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.inventory import ARGUMENT_SPEC, run
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.inventory import ARGUMENT_SPEC, run, warnings
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.secrets import finish
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    for warning in warnings(module.params):
+        module.warn(warning)
     try:
         result = run(module.params)
     except GpufleetError as exc:
-        module.fail_json(changed=False, **exc.fail_kwargs())
-    module.exit_json(**result)
+        result = dict(exc.fail_kwargs(), failed=True, changed=False)
+    finish(module, result)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.files import ReportFileError, ensure_folder, write_reports
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout import FILES, RENDERERS, RecordError, build_report, headline, node_evidence
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import credentials_in
 
 
 def main():
@@ -158,6 +159,8 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    # The credentials the report removes from its files are masked in what the task returns too, failures included.
+    module.no_log_values.update(credentials_in(params))
     try:
         report = build_report(
             params["records"], params["rollout_id"], plan=params["plan"], summary_extra=params["summary_extra"], title=params["title"],

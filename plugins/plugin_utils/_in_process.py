@@ -73,6 +73,11 @@ class InProcessAction(ActionBase):
         """The module's result for validated ``params``; raises GpufleetError for a refusal."""
         raise NotImplementedError
 
+    def masked(self, outcome, params, no_log_values):
+        """``outcome`` as the module would return it: its no_log values masked (a subclass may mask it its own way)."""
+        del params
+        return without_no_log_values(outcome, no_log_values)
+
     def in_process(self):
         """Whether running the code here is the same as running the module: the local connection, no become, no SELinux."""
         return self._connection.transport == "local" and not self._play_context.become and not controller_selinux_enabled()
@@ -96,7 +101,7 @@ class InProcessAction(ActionBase):
             outcome = self.run_task(validation.validated_parameters, self._task.check_mode)
         except GpufleetError as exc:
             outcome = dict(exc.fail_kwargs(), failed=True, changed=False)
-        result.update(without_no_log_values(outcome, validation._no_log_values))
+        result.update(self.masked(outcome, validation.validated_parameters, validation._no_log_values))
         return result
 
     def module_args(self):

@@ -35,6 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish.secrets import mask_own
 
 SERVICE_ROOT = "/redfish/v1/"
 # What community.general.redfish_info keeps of each member (its _software_inventory), so the records read the same.
@@ -67,11 +68,14 @@ def _single_line(value, field):
 
 
 # The module's arguments; its action plugin checks them against the same spec (plugin_utils._in_process).
+# bmcs is no_log as a whole: ansible-core logs a list as str(list), whose escaping hides a password from its masking
+# (_redfish.secrets says how the result is masked then).
 ARGUMENT_SPEC = dict(
     bmcs=dict(
         type="list",
         elements="dict",
         required=True,
+        no_log=True,
         options=dict(
             name=dict(type="str", required=True),
             address=dict(type="str", required=True),
@@ -125,6 +129,18 @@ def check_params(params):
         if not isinstance(bmc["password"], str) or not bmc["password"]:
             raise BmcParamError(f"{where}.password ({name}) is empty: give the BMC's password")
     return bmcs
+
+
+INSECURE = (
+    "validate_certs is false: the BMCs' TLS certificates are not checked, so anyone on the network path to a BMC can pose "
+    "as it and receive its Redfish user and password (sent with every request): give the CA that signed them with ca_path "
+    "(gpufleet_bmc_ca_path) and leave validate_certs on"
+)
+
+
+def warnings(params):
+    """What the task is warned of: the risks its options take."""
+    return [] if params["validate_certs"] else [INSECURE]
 
 
 def tls_context(validate_certs, ca_path=None):
@@ -335,12 +351,13 @@ def read_one(bmc, context, timeout, total_timeout, expand=True):
 
 
 def read_all(bmcs, context, timeout, total_timeout, workers, expand=True):
-    """``{name: read_one(...)}`` for every BMC, ``workers`` of them at a time."""
+    """``{name: read_one(...)}`` for every BMC, ``workers`` of them at a time, each masked with its own password (the
+    only one it was sent): linear in the fleet, where masking each with every password is quadratic."""
     if not bmcs:
         return {}
     with ThreadPoolExecutor(max_workers=min(workers, len(bmcs)), thread_name_prefix="bmc_inventory") as pool:
-        futures = {bmc["name"]: pool.submit(read_one, bmc, context, timeout, total_timeout, expand) for bmc in bmcs}
-    return {name: future.result() for name, future in futures.items()}
+        futures = {bmc["name"]: (pool.submit(read_one, bmc, context, timeout, total_timeout, expand), bmc["password"]) for bmc in bmcs}
+    return {name: mask_own(future.result(), password) for name, (future, password) in futures.items()}
 
 
 def run(params):

@@ -267,6 +267,31 @@ def _redact_text(text, secrets, found):
     return text
 
 
+def credentials_in(value):
+    """Every URL in ``value`` (its strings and keys, at any depth) that carries a credential, as written there.
+
+    The module adds them to ``no_log_values`` before anything can fail, so that its invocation echoes none of them.
+    """
+    urls, stack = set(), [value]
+
+    def keep(url):
+        if secret_in_url(url):
+            urls.add(url)
+        return url
+
+    while stack:  # a loop, not recursion: the records are checked after this, and may be nested without bound
+        item = stack.pop()
+        if isinstance(item, str):
+            if "://" in item:
+                sub_urls(item, keep)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return urls
+
+
 def redact(value, secrets=(), found=None):
     """``value`` with every URL that carries a credential redacted and every string of ``secrets`` replaced.
 
