@@ -17,8 +17,12 @@ description:
   - The package's sha256 (O(checksum)) is verified before anything else; a mismatch fails and nothing is run.
   - A package that would downgrade a component is refused unless O(allow_downgrade=true); then the update runs between
     C(force_update enable) and C(force_update disable), and the disable runs on every exit path and is checked with C(force_update status).
-  - The BMC's account reaches nvfwupd only in a 0600 C(-c) config file in a private folder that is removed on every exit path,
-    never on a command line. nvfwupd retries a failed HTTPS connection over plain C(http://) with the same credentials;
+  - Every run with O(state=present) reads C(force_update status) first. Before C(force_update enable) a record (no secret) is written
+    in C(~/.ansible/gpufleet/nvfwupd-force-update/) on the host that runs the module; a ForceUpdate that a killed run left on (its
+    record says so) is turned off, one that no record explains is someone else's and refuses a flash before anything is flashed.
+  - The BMC's account reaches nvfwupd only in a 0600 C(-c) config file in a private folder inside the module's Ansible tmp dir, removed
+    on every exit path and by Ansible when the module is killed (with pipelining, by the next run), never on a command line.
+    nvfwupd retries a failed HTTPS connection over plain C(http://) with the same credentials;
     the module runs it with C(http_proxy) set to an address that cannot resolve and C(no_proxy) cleared, so that no plain-HTTP
     request leaves the host. The HTTPS proxy variables are cleared too, since nvfwupd talks to the BMC directly.
   - nvfwupd exits 0 with C(-j) even when it cannot connect; the module judges the JSON document (C(Error Code)), never the exit status alone.
@@ -55,9 +59,13 @@ options:
         type: str
         required: true
       password:
-        description: The BMC account's password. Passed to nvfwupd in a 0600 config file only; never in output or logs.
+        description:
+          - The BMC account's password; give O(bmc_password) instead.
+          - Still taken - the collection's action plugin moves it to O(bmc_password) before the module runs, so that it stays
+            out of the module's "Invoked with" line in syslog or the journal, where O(bmc) is logged as text whose escaping
+            (a backslash, a tab, a quote, a newline) would defeat its masking. Run without the action plugin, such a password is logged.
+          - Giving both it and O(bmc_password) fails.
         type: str
-        required: true
       port:
         description: The BMC's HTTPS port (V(443) unless the BMC is reached through port forwarding).
         type: int
@@ -67,6 +75,12 @@ options:
         type: str
         choices: [HGX, DGX, HGXB100, GB200, GB300, MGX-NVL]
         default: HGX
+  bmc_password:
+    description:
+      - The password of O(bmc.user). Required with O(bmc) (or O(bmc.password)).
+      - Passed to nvfwupd in a 0600 config file only; never in output or logs.
+    type: str
+    version_added: 0.2.0
   package:
     description: Absolute path of the C(.fwpkg) PLDM package on the host that runs the module. Required with O(state=present).
     type: path
@@ -127,7 +141,7 @@ EXAMPLES = r"""
     bmc:
       address: "{{ bmc_address }}"
       user: "{{ bmc_user }}"
-      password: "{{ bmc_password }}"
+    bmc_password: "{{ bmc_password }}"
     package: /srv/firmware/nvfw_HGX-H100x8_0013_240410.1.0_prod-signed.fwpkg
     checksum: sha256:3b8f2b5c2d0c6f5e9a1d4e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b
   delegate_to: localhost
@@ -140,7 +154,8 @@ EXAMPLES = r"""
 
 - name: Run NVIDIA's nvfwupd.py from its virtualenv
   gpufleet.lifecycle.nvfwupd:
-    bmc: {address: 10.0.5.21, user: admin, password: "{{ vault_bmc_password }}"}
+    bmc: {address: 10.0.5.21, user: admin}
+    bmc_password: "{{ vault_bmc_password }}"
     package: /srv/firmware/hgx.fwpkg
     checksum: "{{ hgx_fwpkg_sha256 }}"
     nvfwupd_path: /opt/nvfwupd/nvfwupd.py
@@ -197,10 +212,13 @@ task_ids:
   elements: str
   sample: ["0"]
 force_update:
-  description: Whether ForceUpdate was enabled for a downgrade and checked off again afterwards.
+  description:
+    - Whether ForceUpdate was enabled for a downgrade and checked off again afterwards (C(enabled), C(disabled_after)).
+    - C(found_on) is what C(force_update status) said first; C(stale_record) that a killed earlier run had turned it on;
+      C(turned_off) that this run turned that one off and checked it (null when not needed, or in check mode).
   returned: with O(state=present)
   type: dict
-  sample: {enabled: true, disabled_after: true}
+  sample: {enabled: true, disabled_after: true, found_on: false, stale_record: false, turned_off: null}
 package_version:
   description: The package's version string.
   returned: with O(state=present)
@@ -245,11 +263,12 @@ ARGUMENT_SPEC = {
         "options": {
             "address": {"type": "str", "required": True},
             "user": {"type": "str", "required": True},
-            "password": {"type": "str", "required": True, "no_log": True},
+            "password": {"type": "str", "no_log": True},  # the action plugin moves it to bmc_password
             "port": {"type": "int", "default": 443},
             "servertype": {"type": "str", "choices": list(SERVERTYPES), "default": "HGX"},
         },
     },
+    "bmc_password": {"type": "str", "no_log": True},
     "package": {"type": "path"},
     "checksum": {"type": "str"},
     "targets": {"type": "list", "elements": "str", "default": []},
@@ -265,12 +284,30 @@ ARGUMENT_SPEC = {
 }
 
 
+def bmc_with_password(bmc, bmc_password):
+    """``(bmc with its password, None)`` - bmc_password, or the old bmc.password - as _firmware reads it, or ``(None,
+    message)`` when it has none or two. The message never holds the value."""
+    if bmc is None:
+        return None, None
+    if bmc_password is not None and bmc.get("password") is not None:
+        return None, "bmc_password and bmc.password are both given: give the BMC password once, as bmc_password"
+    password = bmc_password if bmc_password is not None else bmc.get("password")
+    if password is None:
+        return None, "bmc_password is missing: give the password of bmc.user"
+    return dict(bmc, password=password), None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
         required_if=[("state", "present", ("bmc", "package")), ("state", "query", ("bmc",)), ("state", "record", ("record",))],
         supports_check_mode=True,
     )
+    if module.params["state"] != "record":
+        bmc, problem = bmc_with_password(module.params["bmc"], module.params["bmc_password"])
+        if problem:
+            module.fail_json(msg=problem)
+        module.params["bmc"] = bmc  # _firmware reads bmc.password
     try:
         result = FirmwareUpdater(module).run()
     except (GpufleetError, ValueError) as exc:  # ValueError: a parser's ParseError

@@ -4,31 +4,38 @@
 
 """GPU / HGX baseboard firmware through NVIDIA's nvfwupd and the node's BMC (private: may change without notice).
 
-Read (``show_version -p PKG -s -j``), plan, act (``update_fw -b -j``, then ``show_update_progress -j``
-until the task ends), read again. The BMC's credentials reach nvfwupd only through a 0600 ``-c``
-config file in a private 0700 folder (also nvfwupd's working folder: its log lands there), removed on
-every exit path. A downgrade runs between ``force_update enable`` and ``force_update disable``; the
-disable runs on every exit path and is checked with ``force_update status``.
+Read (``show_version -p PKG -s -j``, ``force_update status -j``), plan, act (``update_fw -b -j``, then
+``show_update_progress -j`` until the task ends), read again. The BMC's credentials reach nvfwupd only
+through a 0600 ``-c`` config file in a private 0700 folder (also nvfwupd's working folder: its log lands
+there) inside the module's Ansible tmp dir (``AnsibleModule.tmpdir``): removed on every exit path, and by
+Ansible with that tmp dir when the module process is killed. A downgrade runs between ``force_update
+enable`` and ``force_update disable``; a record of it is written before the enable (force_update_record),
+the disable runs on every exit path and is checked with ``force_update status``, and every run closes a
+ForceUpdate that a killed earlier run left on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import ipaddress
 import json
 import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact, _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd_plan
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import O_CLOEXEC
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import force_update_record, nvfwupd_plan
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvfwupd as parsers
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.lock import ROLLOUT_ID  # the rollout's own rule
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.ids import rollout_id_problem  # the rollout's own rule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Nvfwupd, ToolError, check_timeout
 
 COMPONENT = "gpu_firmware"
@@ -53,8 +60,9 @@ class UnreadableOutput(NvfwupdError):
 
 def check_rollout_id(value, option="rollout_id"):
     """``value`` when it is a rollout id (the rollout modules' rule: no newline can reach a flash or the state file)."""
-    if value is not None and (not isinstance(value, str) or not ROLLOUT_ID.fullmatch(value)):
-        raise NvfwupdError(f"{option} {value!r} may hold only letters, digits, '.', '_' and '-' (1 to 64)", option=option)
+    problem = rollout_id_problem(value, option, required=False)
+    if problem:
+        raise NvfwupdError(problem, option=option)
     return value
 
 
@@ -72,7 +80,8 @@ def _check_options(params):
         for key in ("user", "password"):
             value = bmc.get(key)
             if not value or _CONTROL.search(value):
-                raise NvfwupdError(f"bmc.{key} must be a non-empty string without control characters (newlines, tabs): give the BMC account's {key}")
+                option = "bmc_password" if key == "password" else f"bmc.{key}"  # the password: the module's top-level no_log option
+                raise NvfwupdError(f"{option} must be a non-empty string without control characters (newlines, tabs): give the BMC account's {key}")
         port = bmc.get("port")
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             raise NvfwupdError("bmc.port must be a TCP port from 1 to 65535 (its value is not shown, in case it is a secret): check bmc_port")
@@ -122,11 +131,49 @@ def _config_document(bmc, targets):
     return doc
 
 
+CONFIG_PREFIX = "gpufleet-nvfwupd-"
+_CONFIG_LOCK = "lock"  # held (flock) by the run that uses the folder: a folder whose lock is free is an orphan
+
+
+def remove_orphaned_configs(tmpdir):
+    """Remove config folders that killed runs left in Ansible tmp dirs beside ``tmpdir``; their names.
+
+    Ansible removes a task's tmp dir after the module, even a killed one; with pipelining the module makes its own
+    (``ansible-moduletmp-*``, removed only at a normal exit), and a killed controller removes nothing. A folder is
+    removed only when it is this user's, no link, and no live run holds its lock.
+    """
+    removed = []
+    pattern = os.path.join(glob.escape(os.path.dirname(os.path.abspath(tmpdir))), "ansible-*tmp-*", CONFIG_PREFIX + "*")
+    for folder in glob.glob(pattern):
+        try:
+            info = os.lstat(folder)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fd = os.open(os.path.join(folder, _CONFIG_LOCK), os.O_RDONLY | os.O_NOFOLLOW | O_CLOEXEC)
+        except OSError:
+            continue  # no lock file yet: a folder being made right now
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live run's
+        finally:
+            os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
 @contextlib.contextmanager
-def private_config(bmc, targets):
-    """A 0700 folder holding the 0600 config file; yields ``(folder, config path)``; removed on every exit path."""
-    folder = tempfile.mkdtemp(prefix="gpufleet-nvfwupd-")
+def private_config(bmc, targets, tmpdir=None):
+    """A 0700 folder (in ``tmpdir``) holding the 0600 config file; yields ``(folder, config path)``; removed on every exit path.
+
+    The folder's lock file stays locked while it is in use (see remove_orphaned_configs).
+    """
+    folder = tempfile.mkdtemp(prefix=CONFIG_PREFIX, dir=tmpdir)
+    lock = None
     try:
+        lock = os.open(os.path.join(folder, _CONFIG_LOCK), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | O_CLOEXEC, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         path = os.path.join(folder, "target.yaml")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -134,6 +181,8 @@ def private_config(bmc, targets):
         yield folder, path
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
 
 
 def _short(value):
@@ -182,7 +231,13 @@ class FirmwareUpdater:
         self.commands = 0
         self.tool = None
         self.config = None
-        self.force_update = {"enabled": False, "disabled_after": None}
+        # The verified private copy of the package (_artifact.private_copy) that nvfwupd reads; the operator's path
+        # (params["package"]) is what results and records name.
+        self.package = None
+        # found_on: what force_update status said at the start; stale_record: a killed run of ours had turned it on;
+        # turned_off: that ForceUpdate was turned off (and checked) by this run (None: not needed, or check mode).
+        self.force_update = {"enabled": False, "disabled_after": None, "found_on": None, "stale_record": False, "turned_off": None}
+        self.record = None  # force_update_record.ForceUpdateRecord of the BMC, from the status read on
         self.task_ids = []
         # The BMC task's last known status: None before update_fw, "unknown" from when it runs until nvfwupd's answer is read.
         self.task_result = None
@@ -242,7 +297,7 @@ class FirmwareUpdater:
     def _show_version(self):
         args = ["show_version", "-s", "-j"]
         if self.params.get("package"):
-            args[1:1] = ["-p", self.params["package"]]
+            args[1:1] = ["-p", self.package]
         return self._parse(parsers.parse_show_version_full, self._run(args, "show_version"), "show_version")
 
     def _force_update(self, action):
@@ -263,7 +318,7 @@ class FirmwareUpdater:
     def _flash(self):
         self.task_result = "unknown"  # from here on the BMC may be flashing
         try:
-            out = self._run(["update_fw", "-p", self.params["package"], "-y", "-b", "-j"], "update_fw")
+            out = self._run(["update_fw", "-p", self.package, "-y", "-b", "-j"], "update_fw")
         except NvfwupdError as exc:
             if exc.details.get("error_code") is not None:
                 self.task_result = "failed"  # nvfwupd's own Error Code: it says the update failed
@@ -289,7 +344,65 @@ class FirmwareUpdater:
                 )
             self.sleep(self.params["poll_interval"])
 
+    def _disable_force_update(self):
+        """``force_update disable``, checked with ``force_update status``: None when it is off, else why not."""
+        try:
+            self._force_update("disable")
+            if self._force_update_state() is not False:
+                return "force_update status still says true after force_update disable"
+        except (GpufleetError, ValueError) as exc:
+            return str(exc)
+        return None
+
+    def _close_earlier_force_update(self, to_flash):
+        """Every run reads ``force_update status``. A ForceUpdate that a killed run of ours left on (its record says so)
+        is turned off; one that no record of ours explains is someone else's: reported, and no flash runs through it.
+        True when the BMC changes (or would, in check mode)."""
+        where = f"{self.bmc['address']}:{self.bmc['port']}"
+        self.record = force_update_record.ForceUpdateRecord(self.bmc["address"], self.bmc["port"])
+        try:
+            stale = self.record.read()
+        except force_update_record.RecordBusy:
+            raise NvfwupdError(
+                f"another run is between force_update enable and disable on the BMC at {where} now (it holds {self.record.path}): "
+                "nothing was done. Let it finish, then run this again"
+            ) from None
+        found_on = self._force_update_state()
+        self.force_update.update(found_on=found_on, stale_record=stale is not None)
+        action = nvfwupd_plan.force_update_action(found_on, stale is not None, to_flash)
+        if action == "forget" and not self.module.check_mode:
+            self.record.remove()
+        elif action == "turn_off":
+            if self.module.check_mode:
+                return True
+            failure = self._disable_force_update()
+            self.force_update["turned_off"] = failure is None
+            if failure:
+                raise NvfwupdError(
+                    f"ForceUpdate was left on at the BMC at {where} by an earlier run that was stopped (since {str(stale.get('since', 'unknown'))[:40]}) "
+                    f"and could not be turned off: {failure}. Nothing was flashed. Run nvfwupd force_update disable against it "
+                    "before any other update",
+                    force_update=self.force_update,
+                )
+            self.record.remove()
+            return True
+        elif action in ("refuse", "report"):
+            why = (
+                f"ForceUpdate is on at the BMC at {where} and no record of this collection says a run of it turned it on: another "
+                "update (a manual downgrade?) may be under way"
+            )
+            if action == "refuse":
+                raise NvfwupdError(
+                    f"{why}, and an update now would flash every component of the package again, older versions included. "
+                    "Nothing was flashed. Once nobody updates this BMC, run nvfwupd force_update disable against it, then run this again",
+                    force_update=self.force_update,
+                )
+            self.module.warn(f"{why}. Nothing needed flashing; turn it off with nvfwupd force_update disable once nobody updates this BMC")
+        return False
+
     def _flash_with_force(self):
+        # Recorded (fsynced, locked) before the enable: a run killed from here on leaves the record that the next run acts on.
+        self.record.write(bmc=f"{self.bmc['address']}:{self.bmc['port']}", rollout_id=self.params.get("rollout_id"), package=self.params["package"])
         self.force_update["enabled"] = True
         try:
             # Inside the try: an enable that the tool reports as failed may still have reached the BMC.
@@ -297,19 +410,16 @@ class FirmwareUpdater:
             return self._flash()
         finally:
             # Every exit path: a BMC left with ForceUpdate on would let anyone's next update downgrade.
-            failure = None
-            try:
-                self._force_update("disable")
-                if self._force_update_state() is not False:
-                    failure = "force_update status still says true after force_update disable"
-            except (GpufleetError, ValueError) as exc:
-                failure = str(exc)
+            failure = self._disable_force_update()
             self.force_update["disabled_after"] = failure is None
             if failure:
+                self.record.release()  # kept: the next run turns it off
                 self.force_update_failure = (
                     f"ForceUpdate could not be turned off again on the BMC at {self.bmc['address']}: {failure}. "
                     "Run nvfwupd force_update disable against it before any other update"
                 )
+            else:
+                self.record.remove()
 
     def _outcome(self, rows, progress, after_rows):
         after = {row["component"]: row for row in after_rows}
@@ -342,6 +452,7 @@ class FirmwareUpdater:
             "rollout_id": self.params.get("rollout_id"),
             "task_ids": list(self.task_ids),
             "task_result": self.task_result,
+            "force_update": dict(self.force_update),  # into the node's history: whether the BMC's ForceUpdate was (left) on
         }
 
     def run(self):
@@ -350,18 +461,25 @@ class FirmwareUpdater:
             return record(self.params, self.module.check_mode)
         self.bmc = _check_options(self.params)
         if self.params.get("package"):
-            _artifact.verify(self.params["package"], self.params["checksum"])
+            # Verified and then flashed as one private copy: a package in a folder a job user can write cannot be
+            # swapped between the check and update_fw.
+            self.package = _artifact.private_copy(self.params["package"], self.params["checksum"], self.module.tmpdir)[0]
         self.deadline = self.clock() + self.params["timeout"]
         self.tool = Nvfwupd(self.module, path=self.params.get("nvfwupd_path"), interpreter=self.params.get("nvfwupd_interpreter"))
         if not self.tool.available:
             raise NvfwupdError("nvfwupd was not found on this host: install it, or set nvfwupd_path (and nvfwupd_interpreter for nvfwupd.py)")
         here = os.getcwd()
-        with private_config(self.bmc, self.params.get("targets")) as (folder, self.config):
+        # In the module's Ansible tmp dir: removed by Ansible with it even when this process is killed (SIGKILL).
+        tmpdir = self.module.tmpdir
+        remove_orphaned_configs(tmpdir)
+        with private_config(self.bmc, self.params.get("targets"), tmpdir) as (folder, self.config):
             os.chdir(folder)  # nvfwupd writes nvfwupd_log.txt into its working folder
             try:
                 return self._run_with_config()
             finally:
                 os.chdir(here)
+                if self.record is not None:
+                    self.record.release()
 
     def _run_with_config(self):
         system = self._show_version()
@@ -379,13 +497,14 @@ class FirmwareUpdater:
         needs_force = downgrades or [r for r in to_flash if r["action"] == "replace_staged"]
         before = nvfwupd_plan.versions(rows, "installed")
         pending = [r for r in rows if r["action"] != "none"]
+        door_closed = self._close_earlier_force_update(bool(to_flash))
         result.update(
             plan=rows,
             package_version=package_version,
             before=before,
             activation_required=nvfwupd_plan.activations(pending),
             diff={"before": {"installed": before}, "after": {"installed": before, "staged": {r["component"]: r["package"] for r in to_flash}}},
-            changed=bool(to_flash),
+            changed=bool(to_flash) or door_closed,
             task_ids=[],
             force_update=self.force_update,
         )
@@ -492,6 +611,7 @@ def record(params, check_mode=False):
                 # which BMC task flashed, and its last known status ("unknown": started, outcome not read)
                 "task_ids": entry.get("task_ids") or [],
                 "task_result": entry.get("task_result"),
+                "force_update": entry.get("force_update") if isinstance(entry.get("force_update"), dict) else None,
             },
         )
         if entry["result"] == "ok" and entry.get("package_version"):

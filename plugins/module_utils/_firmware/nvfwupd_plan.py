@@ -137,3 +137,25 @@ def activations(rows):
 
 def versions(rows, key):
     return {row["component"]: row[key] for row in rows}
+
+
+# What to do about the BMC's ForceUpdate before a run plans anything, from what ``force_update status`` says and
+# whether this collection's record says an earlier run turned it on (and ended, killed, before turning it off).
+FORCE_UPDATE_ACTIONS = {
+    # (ForceUpdate on, our stale record, something to flash): action
+    (False, False, False): "none",
+    (False, False, True): "none",
+    (False, True, False): "forget",  # the earlier run's disable got through: only its record is left
+    (False, True, True): "forget",
+    (True, True, False): "turn_off",  # ours, left open by a killed run: close it whatever this run does
+    (True, True, True): "turn_off",
+    (True, False, False): "report",  # someone else's (a manual downgrade?): not ours to close; nothing to flash either
+    (True, False, True): "refuse",  # flashing now would re-flash every component at the package, downgrades included
+}
+
+
+def force_update_action(found_on, stale_record, to_flash):
+    """``none``, ``forget`` (remove the record), ``turn_off`` (disable, check, remove the record), ``report`` or ``refuse``."""
+    if not isinstance(found_on, bool):
+        raise PlanError(f"force_update status must be true or false, got {found_on!r}")
+    return FORCE_UPDATE_ACTIONS[(found_on, bool(stale_record), bool(to_flash))]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import stat
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _tools
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import force_update_record
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd as manager
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import load
 from ansible_collections.gpufleet.lifecycle.plugins.modules import nvfwupd
@@ -71,16 +73,37 @@ def env(tmp_path, commands, monkeypatch):
     """The package, the fake nvfwupd.py, a fixed private folder, and a check of the config file at each call."""
     pkg = tmp_path / "hgx.fwpkg"
     pkg.write_bytes(b"PLDM package bytes")
-    folder = tmp_path / "private"
-    monkeypatch.setattr(manager.tempfile, "mkdtemp", lambda prefix: (folder.mkdir(mode=0o700), str(folder))[1])
+    folder = tmp_path / "ansible-tmp-1-task" / "private"  # in the task's Ansible tmp dir (AnsibleModule.tmpdir)
+    folder.parent.mkdir()
+    made_in = []
+    real_mkdtemp = manager.tempfile.mkdtemp
+
+    def mkdtemp(prefix=None, dir=None, **kwargs):
+        if prefix != manager.CONFIG_PREFIX:  # anyone else's (another thread's) folder: a real one
+            return real_mkdtemp(prefix=prefix, dir=dir, **kwargs)
+        made_in.append(dir)
+        folder.mkdir(mode=0o700)
+        return str(folder)
+
+    monkeypatch.setattr(manager.tempfile, "mkdtemp", mkdtemp)
+    records = tmp_path / "records"
+    monkeypatch.setattr(force_update_record, "DEFAULT_FOLDER", str(records))
     monkeypatch.setattr(manager.time, "sleep", lambda s: None)
     seen = []
+    package_reads = []  # (the -p path nvfwupd was given, its bytes then): the verified private copy, never the package's path
     inner = _tools.run_process
 
     def run_command(module, args, **kwargs):
         config = folder / "target.yaml"
         seen.append({"mode": stat.S_IMODE(config.stat().st_mode), "doc": json.loads(config.read_text()), "cwd": os.getcwd()})
-        return inner(module, args, **kwargs)
+        # The argument lists of these tests name the package: its private copy is mapped back to it, its bytes kept.
+        mapped = list(args)
+        for i, arg in enumerate(mapped):
+            parent, name = os.path.split(str(arg))
+            if os.path.basename(parent).startswith("gpufleet-artifact.") and name == pkg.name:
+                package_reads.append((arg, pathlib.Path(arg).read_bytes()))
+                mapped[i] = str(pkg)
+        return inner(module, mapped, **kwargs)
 
     monkeypatch.setattr(_tools, "run_process", run_command)
     real_isfile, real_access = os.path.isfile, os.access
@@ -89,12 +112,17 @@ def env(tmp_path, commands, monkeypatch):
     commands.tool("python", PYTHON)
     import hashlib
 
+    commands.on([PYTHON, SCRIPT, "-c", str(folder / "target.yaml"), "force_update", "status", "-j"], stdout=force_status(False))
     return {
         "pkg": str(pkg),
         "sha": "sha256:" + hashlib.sha256(pkg.read_bytes()).hexdigest(),
         "folder": folder,
         "config": str(folder / "target.yaml"),
         "seen": seen,
+        "made_in": made_in,
+        "records": records,
+        "ansible_tmp": str(folder.parent),
+        "package_reads": package_reads,
     }
 
 
@@ -106,6 +134,7 @@ def args(env, **extra):
         "nvfwupd_path": SCRIPT,
         "nvfwupd_interpreter": PYTHON,
         "poll_interval": 1,
+        "_ansible_tmpdir": env["ansible_tmp"],
     }
     base.update(extra)
     return base
@@ -119,6 +148,22 @@ def on_show(commands, env, text):
     commands.on(cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"), stdout=text)
 
 
+def answers(commands, argv, *outputs):
+    """``argv`` answers each of ``outputs`` in turn, then the last one again."""
+    responses = iter(outputs)
+    key = tuple(argv)
+    original = commands.run_command
+    last = [outputs[-1]]
+
+    def run_command(module, call, **kwargs):
+        if tuple(call[3:]) == key:
+            last[0] = next(responses, last[0])
+            commands.responses[key] = (0, last[0], "")
+        return original(module, call, **kwargs)
+
+    commands.run_command = run_command
+
+
 def assert_no_secret(commands, result):
     for call in commands.calls:
         assert not any(PASSWORD in part for part in call["cmd"]), call["cmd"]
@@ -129,7 +174,7 @@ def assert_no_secret(commands, result):
 def test_check_mode_is_the_plan_and_runs_show_version_only(commands, env, run_module):
     on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
     result = run_module(nvfwupd.main, args(env), check_mode=True)
-    assert [c["argv"] for c in commands.calls] == [cmd(env, "show_version", "-p", env["pkg"], "-s", "-j")]
+    assert [c["argv"] for c in commands.calls] == [cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"), cmd(env, "force_update", "status", "-j")]
     assert result["changed"] is True
     assert [(r["component"], r["installed"], r["package"], r["action"], r["activation"]) for r in result["plan"]] == [
         ("HGX_FW_BMC_0", "HGX-22.10-1", "HGX-24.04-2", "update", "bmc_reset"),
@@ -160,6 +205,7 @@ def test_update_exact_commands_config_file_and_environment(commands, env, run_mo
     result = run_module(nvfwupd.main, args(env))
     assert [c["argv"] for c in commands.calls] == [
         cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"),
+        cmd(env, "force_update", "status", "-j"),  # every run: a ForceUpdate left on by a killed run is closed first
         cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"),
         cmd(env, "show_update_progress", "-i", "0", "-j"),
         cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"),
@@ -171,6 +217,7 @@ def test_update_exact_commands_config_file_and_environment(commands, env, run_mo
     assert {s["mode"] for s in env["seen"]} == {0o600}
     assert env["seen"][0]["doc"] == {"TargetPlatform": "HGX", "BMC_IP": "10.0.0.1", "RF_USERNAME": "admin", "RF_PASSWORD": PASSWORD, "SANITIZE_LOG": True}
     assert {s["cwd"] for s in env["seen"]} == {str(env["folder"])}
+    assert env["made_in"] == [env["ansible_tmp"]]  # Ansible removes that folder even when the module is killed
     assert not env["folder"].exists()
     environ = commands.calls[0]["environ_update"]
     assert environ["http_proxy"] == environ["HTTP_PROXY"] == "http://plain-http-refused.invalid:9"
@@ -178,14 +225,37 @@ def test_update_exact_commands_config_file_and_environment(commands, env, run_mo
     assert_no_secret(commands, result)
 
 
+def test_nvfwupd_flashes_the_verified_copy_not_the_file_at_the_package_path(commands, env, run_module):
+    """The package swapped at its path after the check (a folder a job user can write): update_fw still gets the
+    bytes whose sha256 was verified, from a private copy in the module's tmp dir."""
+    verified = pathlib.Path(env["pkg"]).read_bytes()
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=STARTED)
+    done = [msg("Update.1.0.UpdateSuccessful", n, "image.fwpkg") for n in ("HGX_FW_BMC_0", "HGX_FW_GPU_SXM_1", "HGX_FW_GPU_SXM_2")]
+    commands.on(cmd(env, "show_update_progress", "-i", "0", "-j"), stdout=task("0", "Completed", done))
+    original = commands.run_command
+
+    def run_command(module, argv, **kwargs):
+        pathlib.Path(env["pkg"]).write_bytes(b"a package planted after the check")
+        return original(module, argv, **kwargs)
+
+    commands.run_command = run_command
+    result = run_module(nvfwupd.main, args(env))
+    flashed = [data for path, data in env["package_reads"]]
+    assert len(flashed) >= 2, "nvfwupd was given the file at the package's path, not the verified private copy"
+    assert set(flashed) == {verified}
+    assert all(path.startswith(env["ansible_tmp"]) for path, data in env["package_reads"])
+    assert result["state_record"]["package"] == env["pkg"]  # the record names the operator's path
+
+
 def test_idempotent_when_installed_or_staged(commands, env, run_module):
     on_show(commands, env, show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))
     result = run_module(nvfwupd.main, args(env))
-    assert result["changed"] is False and len(commands.calls) == 1
+    assert result["changed"] is False and len(commands.calls) == 2
     commands.calls.clear()
     on_show(commands, env, show_version(OLD_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2"), staged=NEW_GPU))
     result = run_module(nvfwupd.main, args(env))
-    assert result["changed"] is False and len(commands.calls) == 1
+    assert result["changed"] is False and len(commands.calls) == 2
     assert {r["action"] for r in result["plan"]} == {"none", "activate"} and result["activation_required"] == ["gpu_reset"]
 
 
@@ -199,7 +269,7 @@ def test_downgrade_refused_without_allow_downgrade(commands, env, run_module):
     on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
     result = run_module(nvfwupd.main, args(env))
     assert result["failed"] and "would downgrade HGX_FW_GPU_SXM_1 (96.00.A5.00.01 -> 96.00.99.00.01)" in result["msg"]
-    assert "allow_downgrade" in result["msg"] and len(commands.calls) == 1 and not env["folder"].exists()
+    assert "allow_downgrade" in result["msg"] and len(commands.calls) == 2 and not env["folder"].exists()
 
 
 def test_downgrade_failing_midway_disables_force_update_and_names_the_components(commands, env, run_module):
@@ -212,15 +282,23 @@ def test_downgrade_failing_midway_disables_force_update_and_names_the_components
     commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(False))
     result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
     argvs = [c["argv"][4:] for c in commands.calls]
-    assert argvs[:5] == [
+    assert argvs[:6] == [
         ["show_version", "-p", env["pkg"], "-s", "-j"],
+        ["force_update", "status", "-j"],
         ["force_update", "enable", "-j"],
         ["update_fw", "-p", env["pkg"], "-y", "-b", "-j"],
         ["show_update_progress", "-i", "0", "-j"],
         ["force_update", "disable", "-j"],
     ]
-    assert argvs[5] == ["force_update", "status", "-j"]
-    assert result["failed"] and result["force_update"] == {"enabled": True, "disabled_after": True}
+    assert argvs[6] == ["force_update", "status", "-j"]
+    assert list(env["records"].iterdir()) == []  # checked off: the record went with it
+    assert result["failed"] and result["force_update"] == {
+        "enabled": True,
+        "disabled_after": True,
+        "found_on": False,
+        "stale_record": False,
+        "turned_off": None,
+    }
     assert "not finished HGX_FW_GPU_SXM_1, HGX_FW_GPU_SXM_2" in result["msg"] or "HGX_FW_GPU_SXM_2" in result["unfinished"]
     assert result["state_record"]["result"] in ("failed", "partial") and "HGX_FW_GPU_SXM_2" in result["state_record"]["unfinished"]
     assert not env["folder"].exists()
@@ -232,10 +310,11 @@ def test_force_update_left_on_is_a_failure(commands, env, run_module):
     commands.on(cmd(env, "force_update", "enable", "-j"), stdout=force_status(True))
     commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=CONNECT_FAILED)
     commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(True))
-    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(True))
+    answers(commands, cmd(env, "force_update", "status", "-j"), force_status(False), force_status(True))
     result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
     assert result["failed"] and "ForceUpdate could not be turned off again" in result["msg"]
     assert result["force_update"]["disabled_after"] is False
+    assert [p.name for p in env["records"].iterdir()] == ["10.0.0.1_443.json"]  # kept: the next run turns it off
 
 
 def test_wrong_password_is_judged_from_the_json_not_the_exit_status(commands, env, run_module):
@@ -257,7 +336,7 @@ def test_bmc_not_answering_is_a_timeout(commands, env, run_module):
     ("change", "message"),
     [
         ({"bmc": {"address": "10.0.0.1\n", "user": "admin", "password": PASSWORD}}, "bmc.address"),
-        ({"bmc": {"address": "10.0.0.1", "user": "admin", "password": "pw\nmore"}}, "bmc.password"),
+        ({"bmc": {"address": "10.0.0.1", "user": "admin", "password": "pw\nmore"}}, "bmc_password"),
         ({"bmc": {"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "port": 0}}, "bmc.port"),
         ({"package": "relative.fwpkg"}, "absolute path"),
         ({"checksum": None}, "checksum is required"),
@@ -380,16 +459,7 @@ DEEP = "[" * 100000 + "]" * 100000
 
 def _two_show_versions(commands, env, before, after):
     """show_version answers ``before``, then ``after`` (the read after the update)."""
-    responses = iter([before, after])
-    key = tuple(cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"))
-    original = commands.run_command
-
-    def run_command(module, argv, **kwargs):
-        if tuple(argv[3:]) == key:
-            commands.responses[key] = (0, next(responses), "")
-        return original(module, argv, **kwargs)
-
-    commands.run_command = run_command
+    answers(commands, cmd(env, "show_version", "-p", env["pkg"], "-s", "-j"), before, after)
 
 
 def test_deeply_nested_progress_fails_clearly_with_the_record_of_an_unknown_outcome(commands, env, run_module, tmp_path):
@@ -433,7 +503,7 @@ def test_unreadable_force_update_status_is_a_failure_not_a_crash(commands, env, 
     commands.on(cmd(env, "force_update", "enable", "-j"), stdout=force_status(True))
     commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=CONNECT_FAILED)
     commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
-    commands.on(cmd(env, "force_update", "status", "-j"), stdout=status)
+    answers(commands, cmd(env, "force_update", "status", "-j"), force_status(False), status)
     result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
     assert result["failed"] and "ForceUpdate could not be turned off again" in result["msg"], result["msg"]
     assert result["force_update"]["disabled_after"] is False and "state_record" in result
@@ -450,3 +520,113 @@ def test_a_target_missing_from_the_read_after_the_flash_still_returns_the_record
     assert result["failed"] and "HGX_FW_GPU_SXM_1 are not components" in result["msg"], result["msg"]
     assert result["unfinished"] == ["HGX_FW_GPU_SXM_1"] and result["finished"] == []
     assert result["state_record"]["result"] == "failed" and result["state_record"]["task_result"] == "done"
+
+
+# -- a killed run (issue 21): ForceUpdate recorded before the enable, closed by the next run ------------------------------------
+
+
+def _stale_record(env, **fields):
+    """The record that a run killed between force_update enable and disable leaves (its lock died with it)."""
+    env["records"].mkdir(mode=0o700, exist_ok=True)
+    path = env["records"] / "10.0.0.1_443.json"
+    path.write_text(json.dumps({"force_update": "on", "since": "2026-12-05T10:00:00+00:00", "pid": 1, **fields}))
+    return path
+
+
+def test_a_force_update_left_on_by_a_killed_run_is_turned_off_first(commands, env, run_module):
+    path = _stale_record(env)
+    on_show(commands, env, show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))  # nothing to flash
+    answers(commands, cmd(env, "force_update", "status", "-j"), force_status(True), force_status(False))
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
+    result = run_module(nvfwupd.main, args(env))
+    assert [c["argv"][4:] for c in commands.calls] == [
+        ["show_version", "-p", env["pkg"], "-s", "-j"],
+        ["force_update", "status", "-j"],
+        ["force_update", "disable", "-j"],
+        ["force_update", "status", "-j"],
+    ]
+    assert not result.get("failed") and result["changed"] is True, result
+    assert result["force_update"] == {"enabled": False, "disabled_after": None, "found_on": True, "stale_record": True, "turned_off": True}
+    assert not path.exists()
+
+
+def test_a_force_update_left_on_that_cannot_be_turned_off_fails_and_keeps_the_record(commands, env, run_module):
+    path = _stale_record(env)
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(True))
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=CONNECT_FAILED)
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "left on at the BMC at 10.0.0.1:443 by an earlier run that was stopped" in result["msg"], result["msg"]
+    assert "Nothing was flashed" in result["msg"] and path.exists()
+    assert "update_fw" not in [c["argv"][4] for c in commands.calls]
+
+
+def test_check_mode_says_a_stale_force_update_would_be_turned_off_and_changes_nothing(commands, env, run_module):
+    path = _stale_record(env)
+    on_show(commands, env, show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(True))
+    result = run_module(nvfwupd.main, args(env), check_mode=True)
+    assert result["changed"] is True and result["force_update"]["stale_record"] is True and result["force_update"]["turned_off"] is None
+    assert [c["argv"][4:6] for c in commands.calls] == [["show_version", "-p"], ["force_update", "status"]] and path.exists()
+
+
+def test_a_stale_record_with_force_update_already_off_is_removed_without_a_disable(commands, env, run_module):
+    path = _stale_record(env)
+    on_show(commands, env, show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["changed"] is False and result["force_update"]["stale_record"] is True and not path.exists()
+    assert "disable" not in [c["argv"][5] for c in commands.calls if len(c["argv"]) > 5]
+
+
+def test_someone_elses_force_update_refuses_a_flash_and_is_left_alone(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(True))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["failed"] and "ForceUpdate is on at the BMC at 10.0.0.1:443 and no record of this collection" in result["msg"], result["msg"]
+    assert "Nothing was flashed" in result["msg"] and "force_update disable" in result["msg"]
+    assert [c["argv"][4:6] for c in commands.calls] == [["show_version", "-p"], ["force_update", "status"]]
+
+
+def test_someone_elses_force_update_with_nothing_to_flash_is_a_warning(commands, env, run_module, monkeypatch):
+    warnings = []
+    monkeypatch.setattr(nvfwupd.AnsibleModule, "warn", lambda self, text: warnings.append(text))
+    on_show(commands, env, show_version(NEW_GPU, NEW_GPU, hmc=("HGX-24.04-2", "HGX-24.04-2")))
+    commands.on(cmd(env, "force_update", "status", "-j"), stdout=force_status(True))
+    result = run_module(nvfwupd.main, args(env))
+    assert result["changed"] is False and result["force_update"]["found_on"] is True
+    assert any("no record of this collection" in w for w in warnings), warnings
+    assert len(commands.calls) == 2
+
+
+def test_a_record_held_by_a_live_run_refuses_before_any_status_read(commands, env, run_module):
+    import fcntl
+
+    path = _stale_record(env)
+    with open(path) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another run, between its enable and disable
+        on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+        result = run_module(nvfwupd.main, args(env, allow_downgrade=True))
+    assert result["failed"] and "another run is between force_update enable and disable on the BMC at 10.0.0.1:443" in result["msg"], result["msg"]
+    assert [c["argv"][4] for c in commands.calls] == ["show_version"] and path.exists()
+
+
+def test_the_record_is_written_before_force_update_enable(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, OLDER_GPU, hmc=("HGX-22.10-1", "N/A"), package="HGX-22.09-1"))
+    commands.on(cmd(env, "force_update", "enable", "-j"), stdout=force_status(True))
+    commands.on(cmd(env, "update_fw", "-p", env["pkg"], "-y", "-b", "-j"), stdout=CONNECT_FAILED)
+    commands.on(cmd(env, "force_update", "disable", "-j"), stdout=force_status(False))
+    at_enable = []
+    original = commands.run_command
+
+    def run_command(module, call, **kwargs):
+        if "enable" in call:
+            at_enable.extend(json.loads(p.read_text()) for p in env["records"].iterdir())
+        return original(module, call, **kwargs)
+
+    commands.run_command = run_command
+    result = run_module(nvfwupd.main, args(env, allow_downgrade=True, rollout_id="r1"))
+    assert result["force_update"]["disabled_after"] is True
+    assert len(at_enable) == 1 and at_enable[0]["force_update"] == "on" and at_enable[0]["bmc"] == "10.0.0.1:443"
+    assert at_enable[0]["rollout_id"] == "r1" and PASSWORD not in json.dumps(at_enable)
+    assert list(env["records"].iterdir()) == []
+    assert result["state_record"]["force_update"]["enabled"] is True and result["state_record"]["force_update"]["disabled_after"] is True

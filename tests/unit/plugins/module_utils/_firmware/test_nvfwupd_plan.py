@@ -64,3 +64,25 @@ def test_another_version_staged_over_the_package_is_replaced():
     rows = plan.plan([row("HGX_FW_GPU_SXM_1", "96.00.AF.00.01", "96.00.AF.00.01", staged="96.00.99.00.01")])
     assert [(r["action"], r["activation"]) for r in rows] == [("replace_staged", "none")]
     assert plan.plan([row("HGX_FW_GPU_SXM_1", "96.00.AF.00.01", "96.00.AF.00.01", staged="96.00.AF.00.01")])[0]["action"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("found_on", "stale_record", "to_flash", "action"),
+    [
+        (False, False, False, "none"),
+        (False, False, True, "none"),
+        (False, True, False, "forget"),  # the killed run's disable got through: only its record is left
+        (False, True, True, "forget"),
+        (True, True, False, "turn_off"),  # ours, left open by a killed run: closed whatever this run does
+        (True, True, True, "turn_off"),
+        (True, False, False, "report"),  # someone else's: not ours to close
+        (True, False, True, "refuse"),  # and no flash through it
+    ],
+)
+def test_force_update_action(found_on, stale_record, to_flash, action):
+    assert plan.force_update_action(found_on, stale_record, to_flash) == action
+
+
+def test_force_update_action_needs_a_status_read():
+    with pytest.raises(plan.PlanError, match="force_update status must be true or false"):
+        plan.force_update_action(None, True, True)
