@@ -16,14 +16,16 @@ import base64
 import glob
 import json
 import os
+import signal
 import socket
 import ssl
+import subprocess
 import threading
 import time
 import urllib.request
 
 import pytest
-from fleet import TESTS, ansible_env, fleet_up, gpusim, json_doc, needs_fleet, run
+from fleet import ANSIBLE_PLAYBOOK, TESTS, ansible_env, fleet_up, gpusim, json_doc, needs_fleet, run
 from fleet import Fleet as BaseFleet
 from gpusim import artifacts, opennvfwupd
 
@@ -147,17 +149,22 @@ def private_tmp(tmp_path_factory):
     """This file's own TMPDIR for the module (it runs on the controller): its private folders are looked for there, not in
     /tmp, where another test's nvfwupd run (test_roles_compose, run at the same time by pytest-xdist) keeps its own."""
     folder = tmp_path_factory.mktemp("nvfwupd-tmp")
-    saved = os.environ.get("TMPDIR")
+    # Ansible's remote tmp too: the module keeps its private folder in its Ansible tmp dir (AnsibleModule.tmpdir).
+    saved = {name: os.environ.get(name) for name in ("TMPDIR", "ANSIBLE_REMOTE_TMP")}
     os.environ["TMPDIR"] = str(folder)
+    os.environ["ANSIBLE_REMOTE_TMP"] = str(folder / "remote")
     yield folder
-    if saved is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = saved
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _private_folders():
-    return glob.glob(os.path.join(os.environ["TMPDIR"], "gpufleet-nvfwupd-*"))
+    return glob.glob(os.path.join(os.environ["TMPDIR"], "gpufleet-nvfwupd-*")) + glob.glob(
+        os.path.join(os.environ["ANSIBLE_REMOTE_TMP"], "ansible-*tmp-*", "gpufleet-nvfwupd-*")
+    )
 
 
 def test_check_mode_is_the_plan_and_flashes_nothing(fleet, packages):
@@ -196,7 +203,7 @@ def test_downgrade_refused_then_allowed_with_force_update_off_afterwards(fleet, 
     assert fleet.force_update("fw-01") is False
     allowed = fleet.flash("fw-01", old, allow_downgrade=True)["Run nvfwupd"]
     assert allowed["changed"] is True and not allowed.get("failed"), allowed
-    assert allowed["force_update"] == {"enabled": True, "disabled_after": True}
+    assert allowed["force_update"] == {"enabled": True, "disabled_after": True, "found_on": False, "stale_record": False, "turned_off": None}
     assert fleet.force_update("fw-01") is False  # seen on the BMC itself
     assert set(allowed["staged"].values()) == {OLDER_VBIOS}
     history = fleet.state("fw-01")["history"]
@@ -226,7 +233,7 @@ def test_flash_failing_midway_names_the_components_and_leaves_force_update_off(f
     assert result["failed"], result
     assert result["finished"] and result["unfinished"], result
     assert "finished " + ", ".join(result["finished"]) in result["msg"] and "not finished" in result["msg"]
-    assert result["force_update"] == {"enabled": True, "disabled_after": True}
+    assert (result["force_update"]["enabled"], result["force_update"]["disabled_after"]) == (True, True)
     assert fleet.force_update("fw-02") is False
     record = fleet.state("fw-02")["history"][-1]
     assert record["component"] == "gpu_firmware" and record["result"] == "partial"
@@ -362,11 +369,107 @@ def test_role_main_flashes_activates_once_and_then_changes_nothing(fleet, packag
 
 
 def test_role_rollback_flashes_the_previous_package(fleet, packages):
-    _new, old = packages
+    new, old = packages
     _role(fleet, "fw-02", old, gpu_firmware_allow_downgrade=True)  # fw-02 to the old package: the new one becomes previous
     assert fleet.vbios("fw-02") == [OLDER_VBIOS] * 8
     known = fleet.state("fw-02")["last_known_good"]["gpu_firmware"]
     assert known["version"] == "HGX-22.09-1" and known["previous"]["version"] == "HGX-24.04-2"
-    _role(fleet, "fw-02", entry="rollback")
+    # the node's file names the version; the controller's gpu_firmware_packages the package for it
+    _role(fleet, "fw-02", entry="rollback",
+          gpu_firmware_packages={"HGX-24.04-2": {"package": str(new), "checksum": "sha256:" + artifacts.sha256_file(new)}})
     assert fleet.vbios("fw-02") == [NEW_VBIOS] * 8
     assert fleet.state("fw-02")["last_known_good"]["gpu_firmware"]["version"] == "HGX-24.04-2"
+
+
+# -- a killed run (issue 21) ----------------------------------------------------------------------------------------------
+
+
+def _descendants(pid):
+    """The processes below ``pid`` (this test's own ansible-playbook and what it started)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _record_path(fleet, name):
+    return os.path.expanduser(f"~/.ansible/gpufleet/nvfwupd-force-update/{fleet.bmc[name]}_443.json")
+
+
+def test_a_run_killed_between_force_update_enable_and_disable_is_closed_by_the_next(fleet, packages):
+    """SIGKILL of the module (an async timeout, a cancelled AWX job, the OOM killer) while ForceUpdate is on: the record
+    written before the enable is there, and the next run turns ForceUpdate off and removes the orphaned secret folder."""
+    new, old = packages
+    plan = fleet.flash("fw-01", new, check=True)["Run nvfwupd"]["plan"]
+    package = new if any(r["action"] in ("downgrade", "replace_staged") for r in plan) else old  # either way through ForceUpdate
+    evars = {
+        "target": "fw-01",
+        "package": str(package),
+        "checksum": "sha256:" + artifacts.sha256_file(package),
+        "nvfwupd_path": str(opennvfwupd.SOURCE / "nvfwupd.py"),
+        "nvfwupd_interpreter": str(opennvfwupd.python()),
+        "allow_downgrade": True,
+    }
+    record = _record_path(fleet, "fw-01")
+    proc = subprocess.Popen(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(fleet.inventory), str(fleet.playbook), "-e", json.dumps(evars)],
+        env=ansible_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not fleet.force_update("fw-01"):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended before ForceUpdate was seen on"
+            time.sleep(0.05)
+        assert os.path.exists(record)  # written before the enable
+        killed = []
+        for pid in _descendants(proc.pid):
+            try:
+                if os.path.basename(os.readlink(f"/proc/{pid}/cwd")).startswith("gpufleet-nvfwupd-"):
+                    os.kill(pid, signal.SIGKILL)  # the module (and nvfwupd) in its private folder
+                    killed.append(pid)
+            except OSError:
+                continue
+        assert killed, "no module process found in its private folder"
+        proc.communicate(timeout=120)
+        assert fleet.force_update("fw-01") is True  # the open door the kill left
+        with open(record) as handle:
+            left = json.load(handle)
+        assert left["force_update"] == "on" and fleet.password not in json.dumps(left)
+        after = fleet.flash("fw-01", package, allow_downgrade=True)["Run nvfwupd"]
+        assert after["force_update"]["stale_record"] is True and after["force_update"]["found_on"] is True, after
+        assert after["force_update"]["turned_off"] is True and not after.get("failed"), after
+        assert fleet.force_update("fw-01") is False and not os.path.exists(record)
+        assert _private_folders() == []  # Ansible's tmp dir, or the next run, removed the killed run's config file
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        fleet.redfish("fw-01", "PATCH", "/redfish/v1/UpdateService", {"HttpPushUriOptions": {"ForceUpdate": False}})
+        if os.path.exists(record):
+            os.unlink(record)
+
+
+def test_someone_elses_force_update_refuses_a_flash_and_is_left_on(fleet, packages):
+    new, old = packages
+    plan = fleet.flash("fw-01", new, check=True)["Run nvfwupd"]["plan"]
+    package = new if any(r["action"] != "none" for r in plan) else old  # something to flash
+    fleet.redfish("fw-01", "PATCH", "/redfish/v1/UpdateService", {"HttpPushUriOptions": {"ForceUpdate": True}})
+    try:
+        checked = fleet.flash("fw-01", package, check=True, allow_downgrade=True)["Run nvfwupd"]
+        assert checked["failed"] and "no record of this collection" in checked["msg"], checked  # check mode says so too
+        refused = fleet.flash("fw-01", package, allow_downgrade=True)["Run nvfwupd"]
+        assert refused["failed"] and "no record of this collection says a run of it turned it on" in refused["msg"], refused
+        assert "Nothing was flashed" in refused["msg"] and fleet.force_update("fw-01") is True
+    finally:
+        fleet.redfish("fw-01", "PATCH", "/redfish/v1/UpdateService", {"HttpPushUriOptions": {"ForceUpdate": False}})
