@@ -20,17 +20,37 @@ def _text(value):
     return "" if value is None else str(value)
 
 
-def bmc_endpoints(hosts):
-    """``[{name, address, port, user, password}]`` for each host whose bmc_address, bmc_user and bmc_password are all set."""
+def _credential_defaults(defaults, name):
+    """``{bmc_user, bmc_password, bmc_port}`` from ``defaults`` (``{user, password, port}``; empty values count as unset)."""
+    if defaults is None:
+        return {}
+    if not isinstance(defaults, Mapping):
+        raise AnsibleFilterError(f"gpufleet.lifecycle.{name}: defaults is a {type(defaults).__name__}: give a mapping of user, password, port")
+    unknown = sorted(set(map(str, defaults)) - {"user", "password", "port"})
+    if unknown:
+        raise AnsibleFilterError(f"gpufleet.lifecycle.{name}: defaults has unknown key(s) {', '.join(unknown)}: give user, password and port")
+    return {f"bmc_{key}": value for key, value in defaults.items() if value is not None and _text(value) != ""}
+
+
+def bmc_endpoints(hosts, defaults=None):
+    """``[{name, address, port, user, password}]`` for each host whose bmc_address, bmc_user and bmc_password are all set.
+
+    ``defaults`` (``{user, password, port}``, the controller's GPUFLEET_BMC_* environment under AWX) stand in for the
+    bmc_user, bmc_password and bmc_port a host does not define; a host's own value always wins.
+    """
+    fallback = _credential_defaults(defaults, "bmc_endpoints")
     endpoints = []
-    for name, host in _hosts(hosts, "bmc_endpoints"):
+    for name, given in _hosts(hosts, "bmc_endpoints"):
+        # Only these keys are read (a hostvars mapping templates each value it is asked for).
+        host = {key: given.get(key) if given.get(key) is not None else fallback.get(key)
+                for key in ("bmc_address", "bmc_user", "bmc_password", "bmc_port")}
         address, user, password = (_text(host.get(key)) for key in ("bmc_address", "bmc_user", "bmc_password"))
         if not (address and user and password):
             continue  # no BMC credentials: the audit reports its out-of-band firmware unknown, for that reason
-        port = host.get("bmc_port", 443)
+        port = 443 if host["bmc_port"] is None else host["bmc_port"]
         try:
             port = int(_text(port).strip() or 443)
-            if isinstance(host.get("bmc_port"), bool) or not 1 <= port <= 65535:
+            if isinstance(host["bmc_port"], bool) or not 1 <= port <= 65535:
                 raise ValueError(port)
         except ValueError:
             # The value is never shown: two swapped variables put the BMC password there.

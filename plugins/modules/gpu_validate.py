@@ -31,6 +31,9 @@ description:
     An option outside its range fails the task before any command runs, with the range in the message.
   - The module only reads and measures; it changes nothing on the node. In check mode it runs the read-only checks and
     skips those that load the GPUs (see the check_mode attribute).
+  - "The checks that load the GPUs (C(cuda_smoke), C(dcgm_diag), C(nccl_busbw), C(gpu_burn): the V(standard) and V(full) levels)
+    run only on a node that runs no compute process (nvidia-smi) and is known to be drained (O(slurm_node_record) or O(drained)).
+    Otherwise the task fails before any check runs, naming the node, the processes or its state, and what to do."
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -162,6 +165,23 @@ options:
       - To run long levels on many nodes at once, use C(async) with a limit above the sum of the long checks' times.
     type: int
     default: 1800
+  drained:
+    description:
+      - Whether the node is out of service for workloads (drained, cordoned), for a node that Slurm does not schedule.
+      - The checks that load the GPUs run only when this is V(true) or O(slurm_node_record) shows the node drained with no
+        job left, and no compute process runs on its GPUs. Unset means unknown, which refuses them.
+      - Not used in check mode, where those checks are skipped.
+    type: bool
+    version_added: 0.2.0
+  slurm_node_record:
+    description:
+      - The node's C(scontrol show node -o NODE) output, whole (with its last newline; C(strip_empty_ends=false) of
+        M(ansible.builtin.command)); the C(gpufleet.lifecycle.gpu_validate) role reads it where Slurm answers.
+      - The node counts as drained when Slurm shows the DRAIN flag and no job left on it (not ALLOCATED, MIXED or COMPLETING).
+        A record that cannot be read fails the task before any command.
+      - Mutually exclusive with O(drained).
+    type: str
+    version_added: 0.2.0
   fail_on:
     description:
       - V(fail) fails the task when any check fails. V(never) always returns the results, for reports and fleet-wide comparisons.
@@ -200,9 +220,17 @@ EXAMPLES = r"""
   become: true
   register: before
 
+- name: Read the node's Slurm state (the load checks run only on a drained node)
+  ansible.builtin.command:
+    argv: [scontrol, show, node, -o, "{{ inventory_hostname_short }}"]
+    strip_empty_ends: false  # whole, with its last newline
+  changed_when: false
+  register: slurm_node
+
 - name: Full validation after the upgrade, compared with the state before
   gpufleet.lifecycle.gpu_validate:
     level: full
+    slurm_node_record: "{{ slurm_node.stdout }}"
     expected_gpu_count: 8
     expected_driver_version: 570.124.06
     nccl_min_busbw_gbps: 350
@@ -215,6 +243,7 @@ EXAMPLES = r"""
 - name: Only DCGM level 3 and gpu-burn, for a report
   gpufleet.lifecycle.gpu_validate:
     checks: [dcgm_diag, gpu_burn]
+    drained: true  # out of service in the site's own scheduler
     dcgm_level: 3
     burn_seconds: 300
     fail_on: never
@@ -365,6 +394,8 @@ def main():
             baseline_busbw_tolerance_pct=dict(type="float", default=10),
             timeout=dict(type="int", default=1800),
             command_timeout=dict(type="int", default=120),
+            drained=dict(type="bool"),
+            slurm_node_record=dict(type="str"),
             fail_on=dict(type="str", choices=["fail", "never"], default="fail"),
             nvidia_smi_path=dict(type="path"),
             fabricmanager_path=dict(type="path"),
@@ -372,6 +403,7 @@ def main():
             all_reduce_perf_path=dict(type="path"),
             gpu_burn_path=dict(type="path"),
         ),
+        mutually_exclusive=[("drained", "slurm_node_record")],
         supports_check_mode=True,
     )
     try:

@@ -61,6 +61,8 @@ PLAYBOOK = """
         expected_driver_version: "@DRIVER@"
         nccl_min_busbw_gbps: 300
         burn_seconds: 5
+        # The simulated nodes run no job and no scheduler: they stand for drained nodes (the load checks need one).
+        drained: true
         baseline: "{{ lookup('ansible.builtin.file', out ~ '/baseline-' ~ inventory_hostname ~ '.json') | from_json
                       if use_baseline | bool else omit }}"
         fail_on: never
@@ -245,3 +247,16 @@ def test_a_hung_nvidia_smi_is_stopped_at_command_timeout_and_named(fleet):
         assert refused.get("failed") is True and refused["msg"].startswith("command_timeout must be a whole number of seconds from 1 to 3600, got 0")
     finally:
         fleet.ssh_ok("val-08", f"rm -f {HUNG_SMI}")
+
+
+def test_load_checks_are_refused_on_an_undrained_or_busy_node_before_any_runs(fleet):
+    """standard on a node not said to be drained, and on a drained node whose GPU runs a job: refused, nothing run."""
+    undrained = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", {"level": "standard", "fail_on": "never"})["val-08"]
+    assert undrained.get("failed") is True, undrained
+    assert "whether it is drained is not known; cuda_smoke, dcgm_diag load every GPU" in undrained["msg"]
+    done = gpusim("fault", "val-09", "gpu_process", "gpu=2", "pid=31337", "name=train.py", workdir=fleet.workdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    busy = fleet.module("gpufleet.lifecycle.gpu_validate", "val-09", {"level": "full", "drained": True, "fail_on": "never"})["val-09"]
+    assert busy.get("failed") is True, busy
+    assert "1 compute process(es) run on its GPUs (pid 31337 train.py on GPU 2)" in busy["msg"]
+    assert "Nothing was run" in busy["msg"]

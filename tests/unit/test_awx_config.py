@@ -6,8 +6,12 @@
   int default asks an ``integer``, a list a ``multiselect``) and its choices are values the role accepts;
 * no survey variable is a per-host BOM variable (an extra var outranks every host's group_vars: one answer would become
   every SKU's target);
-* the BMC credential type injects variables the firmware roles and the audit read, its password is ``secret: true``,
-  and every task that hands the password to a module has ``no_log: true`` (invariant 7);
+* the BMC credential type injects the job's environment only (GPUFLEET_BMC_*, never extra vars, which would outrank every
+  host's bmc_*), each variable is read by the audit and the firmware and maintenance roles only as the fallback of a
+  host's own bmc_* value, its password is ``secret: true``, and every task that hands the password to a module has
+  ``no_log: true`` (invariant 7);
+* a launch chooses neither the code (no branch asked, the project pinned to a release tag, ``allow_override: false``) nor
+  variables beyond the survey (no ``ask_*_on_launch``);
 * the upgrade and rollback templates never run twice at once (``allow_simultaneous: false``).
 
 ``test_each_check_catches_a_broken_mapping`` breaks one mapping of each kind and watches the check fail.
@@ -146,30 +150,65 @@ def survey_problems(template: dict) -> list[str]:
     return problems
 
 
+# Where the collection reads the BMC account that the AWX credential injects into the job's environment: each only as the
+# fallback of a host's own bmc_user / bmc_password / bmc_port (the host's value wins).
+ENV_READERS = [PLAYBOOKS / "audit.yml", ROLES / "gpu_firmware" / "defaults" / "main.yml", ROLES / "node_maintenance" / "defaults" / "main.yml"]
+
+
 def credential_problems(credential_type: dict) -> list[str]:
-    """What is wrong with the BMC credential type: unsafe secrets, variables nobody reads."""
+    """What is wrong with the BMC credential type: injected other than through the environment, unsafe secrets, environment
+    variables nobody reads or that would outrank a host's own bmc_*."""
     problems = []
     fields = {f["id"]: f for f in credential_type["inputs"]["fields"]}
-    injected = credential_type["injectors"]["extra_vars"]
-    readers = [PLAYBOOKS / "audit.yml", PLAYBOOKS / "upgrade.yml"]
-    read: dict[str, dict] = {}
-    for playbook in readers:
-        read.update(variables_read(playbook))
-    bmc_readers = "\n".join(p.read_text() for p in [PLAYBOOKS / "audit.yml", *(ROLES / "gpu_firmware").rglob("*.yml")])
+    injectors = credential_type.get("injectors") or {}
+    for kind in sorted(set(injectors) - {"env"}):
+        problems.append(f"the credential type injects {kind}: inject the BMC account through env only "
+                        "(an extra var outranks every host's bmc_* and sits in every host's variables)")
+    injected = injectors.get("env") or {}
     for variable, template in injected.items():
         used = re.findall(r"\{\{\s*([a-z_]+)", template)
         for field in used:
             if field not in fields:
                 problems.append(f"injector {variable} uses input {field}, which the credential type does not define")
-        if not re.search(rf"\b{re.escape(variable)}\b", bmc_readers):
-            problems.append(f"injector {variable} sets a variable neither the audit nor gpu_firmware reads")
-        if "password" in variable:
+        lookup = f"lookup('ansible.builtin.env', '{variable}')"
+        host_variable = variable.removeprefix("GPUFLEET_").lower()  # GPUFLEET_BMC_USER -> bmc_user
+        for reader in ENV_READERS:
+            text = reader.read_text()
+            where = reader.relative_to(ROOT)
+            if lookup not in text:
+                problems.append(f"injector {variable} is not read by {where} ({lookup})")
+            elif reader.parent.name == "defaults" and not re.search(rf"\b{host_variable} \| default\({re.escape(lookup)}", text):
+                problems.append(f"{where} reads {variable} other than as the default of the host's {host_variable}: the host's value must win")
+            elif reader.parent.name != "defaults" and "bmc_endpoints(defaults=" not in text:
+                problems.append(f"{where} reads {variable} other than as bmc_endpoints' defaults: the host's value must win")
+        if "PASSWORD" in variable:
             for field in used:
                 if not fields.get(field, {}).get("secret"):
                     problems.append(f"injector {variable} carries input {field}, which is not secret: true")
-            problems.extend(unlogged_uses(variable))
-    if not any("password" in v for v in injected):
+    if not any("PASSWORD" in v for v in injected):
         problems.append("the BMC credential type injects no password")
+    else:
+        problems.extend(unlogged_uses("bmc_password"))
+    return problems
+
+
+def launch_problems(config: dict) -> list[str]:
+    """What a launcher could choose beyond the survey: the code that runs (a branch), or variables that skip the survey."""
+    problems = []
+    for project in config["controller_projects"]:
+        if project.get("allow_override", False) is not False:
+            problems.append(f"project {project['name']}: allow_override lets a launch run another branch: set it false")
+        if not re.fullmatch(r"v\d+\.\d+\.\d+", str(project.get("scm_branch", ""))):
+            problems.append(f"project {project['name']}: scm_branch {project.get('scm_branch')!r} is not a release tag (vX.Y.Z)")
+    for template in config["controller_templates"]:
+        for key, value in template.items():
+            if key.startswith("ask_") and key.endswith("_on_launch") and value is not False:
+                problems.append(f"{template['name']}: {key} is {value!r}: a launch may only answer the survey")
+        if "scm_branch" in template:
+            problems.append(f"{template['name']}: scm_branch {template['scm_branch']!r}: the project's release tag runs")
+    for source in config.get("controller_inventory_sources", []):
+        if "scm_branch" in source:
+            problems.append(f"inventory source {source['name']}: scm_branch: the inventory comes from the project's release tag")
     return problems
 
 
@@ -278,11 +317,15 @@ def test_the_upgrade_survey_asks_the_rollouts_shape(config):
     asked = {q["variable"] for q in upgrade["survey_spec"]["spec"]}
     assert asked >= {"gpufleet_canary_count", "gpufleet_waves", "gpufleet_max_unavailable", "gpufleet_failure_budget",
                      "gpufleet_stop_file", "gpufleet_rollout_id"}
-    # The target versions: the BOM release is the project's branch or tag, asked at launch.
-    assert upgrade["ask_scm_branch_on_launch"] is True
+    # The target versions: the BOM release is the project's protected tag, never a branch asked at launch.
+    assert upgrade["ask_scm_branch_on_launch"] is False
     project = next(p for p in config["controller_projects"] if p["name"] == upgrade["project"])
-    assert project["allow_override"] is True
+    assert project["allow_override"] is False
     assert upgrade["ask_limit_on_launch"] is False
+
+
+def test_a_launch_chooses_neither_the_code_nor_variables_beyond_the_survey(config):
+    assert launch_problems(config) == []
 
 
 def test_rollouts_never_run_twice_at_once(config):
@@ -313,7 +356,8 @@ def test_the_example_credentials_hold_no_secret(config):
 def test_the_bmc_credential_type_injects_what_the_firmware_roles_read_and_keeps_it_secret(config):
     bmc = next(t for t in config["controller_credential_types"] if "BMC" in t["name"])
     assert credential_problems(bmc) == []
-    assert set(bmc["injectors"]["extra_vars"]) >= {"bmc_user", "bmc_password"}
+    assert set(bmc["injectors"]) == {"env"}
+    assert set(bmc["injectors"]["env"]) == {"GPUFLEET_BMC_USER", "GPUFLEET_BMC_PASSWORD", "GPUFLEET_BMC_PORT"}
 
 
 def test_each_check_catches_a_broken_mapping(config, tmp_path):
@@ -341,8 +385,21 @@ def test_each_check_catches_a_broken_mapping(config, tmp_path):
     next(f for f in bmc["inputs"]["fields"] if f["id"] == "password")["secret"] = False
     assert "not secret: true" in " ".join(credential_problems(bmc))
     bmc = copy.deepcopy(next(t for t in config["controller_credential_types"] if "BMC" in t["name"]))
-    bmc["injectors"]["extra_vars"]["bmc_pass"] = bmc["injectors"]["extra_vars"].pop("bmc_password")
-    assert "neither the audit nor gpu_firmware reads" in " ".join(credential_problems(bmc))
+    bmc["injectors"]["env"]["GPUFLEET_BMC_PASS"] = bmc["injectors"]["env"].pop("GPUFLEET_BMC_PASSWORD")
+    assert "injector GPUFLEET_BMC_PASS is not read by playbooks/audit.yml" in " ".join(credential_problems(bmc))
+    bmc = copy.deepcopy(next(t for t in config["controller_credential_types"] if "BMC" in t["name"]))
+    bmc["injectors"]["extra_vars"] = {"bmc_password": "{{ password }}"}
+    assert "injects extra_vars: inject the BMC account through env only" in " ".join(credential_problems(bmc))
+
+    opened = copy.deepcopy(config)
+    next(p for p in opened["controller_projects"])["allow_override"] = True
+    next(p for p in opened["controller_projects"])["scm_branch"] = "main"
+    next(t for t in opened["controller_templates"] if t["playbook"] == "playbooks/upgrade.yml")["ask_scm_branch_on_launch"] = True
+    next(t for t in opened["controller_templates"] if t["playbook"] == "playbooks/audit.yml")["ask_variables_on_launch"] = True
+    found = " ".join(launch_problems(opened))
+    for expected in ("allow_override lets a launch run another branch", "'main' is not a release tag",
+                     "gpufleet upgrade: ask_scm_branch_on_launch is True", "gpufleet audit: ask_variables_on_launch is True"):
+        assert expected in found
 
     leaky = tmp_path / "leaky.yml"
     leaky.write_text(

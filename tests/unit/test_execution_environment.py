@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import os
 import pathlib
 import re
@@ -140,14 +141,92 @@ def test_the_image_installs_the_controller_side_system_packages(rendered, spec):
     assert re.search(r"^openssh-client \[platform:dpkg\]", bindep, re.MULTILINE)
 
 
-def test_the_image_installs_the_collections_dependencies_from_galaxy_yml(rendered):
+def _tested_collection_version(name: str) -> str | None:
+    """The version of a collection in the project's virtualenv (the ansible package of requirements-dev.txt bundles it)."""
+    namespace, collection = name.split(".")
+    for manifest in (ROOT / ".venv" / "lib").glob(f"python3*/site-packages/ansible_collections/{namespace}/{collection}/MANIFEST.json"):
+        return json.loads(manifest.read_text())["collection_info"]["version"]
+    return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.match(r"\d+(?:\.\d+)*", text).group(0).split("."))
+
+
+def collection_pin_problems(spec: dict, galaxy_dependencies: dict) -> list[str]:
+    """The EE's collections: each of galaxy.yml's dependencies, pinned to one version (==X.Y.Z) that meets galaxy.yml's floor
+    and is the version the project is tested with (when the virtualenv has it)."""
+    problems = []
+    pinned = {c["name"]: str(c.get("version", "*")) for c in spec["dependencies"]["galaxy"]["collections"]}
+    for name, floor in galaxy_dependencies.items():
+        version = pinned.get(name)
+        if version is None:
+            problems.append(f"galaxy.yml depends on {name}, the EE does not install it")
+            continue
+        exact = re.fullmatch(r"==(\d+\.\d+\.\d+)", version)
+        if not exact:
+            problems.append(f"{name}: the EE installs {version!r}, not one version (==X.Y.Z)")
+            continue
+        low = re.fullmatch(r">=(\d+(?:\.\d+)*)", str(floor).strip())
+        if low and _version_tuple(exact.group(1)) < _version_tuple(low.group(1)):
+            problems.append(f"{name}: the EE pins {exact.group(1)}, below galaxy.yml's {floor}")
+        tested = _tested_collection_version(name)
+        if tested and tested != exact.group(1):
+            problems.append(f"{name}: the EE pins {exact.group(1)}, the project is tested with {tested}")
+    return problems
+
+
+def python_pin_problems(requirements: str, dev_requirements: str) -> list[str]:
+    """Every EE Python requirement is one version (==); one that requirements-dev.txt also pins is that version."""
+    dev = {_normalise(m.group(1)): m.group(2) for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", dev_requirements, re.MULTILINE)}
+    problems = []
+    for raw in requirements.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][A-Za-z0-9.]*)", line)
+        if not match:
+            problems.append(f"{line!r} is not pinned to one version (name==version)")
+        elif dev.get(_normalise(match.group(1)), match.group(2)) != match.group(2):
+            problems.append(f"{line!r}: requirements-dev.txt tests with {match.group(1)}=={dev[_normalise(match.group(1))]}")
+    return problems
+
+
+def test_the_image_installs_the_collections_dependencies_from_galaxy_yml(rendered, spec):
     containerfile = (rendered / "Containerfile").read_text()
     assert "ansible-galaxy collection install $ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml" in containerfile
     wanted = yaml.safe_load((ROOT / "galaxy.yml").read_text())["dependencies"]
     installed = {c["name"]: c.get("version", "*") for c in yaml.safe_load((rendered / "_build" / "requirements.yml").read_text())["collections"]}
-    for name, version in wanted.items():
-        assert name in installed, f"galaxy.yml depends on {name}, the EE does not install it"
-        assert installed[name] == version, f"{name}: galaxy.yml wants {version}, the EE installs {installed[name]}"
+    pinned = {c["name"]: c.get("version", "*") for c in spec["dependencies"]["galaxy"]["collections"]}
+    assert set(wanted) <= set(installed)
+    assert installed == pinned
+
+
+def test_the_collections_are_pinned_to_the_tested_versions(spec):
+    assert collection_pin_problems(spec, yaml.safe_load((ROOT / "galaxy.yml").read_text())["dependencies"]) == []
+
+
+def test_the_python_packages_are_pinned(python_requirements):
+    assert python_pin_problems(python_requirements, (ROOT / "requirements-dev.txt").read_text()) == []
+
+
+def test_the_base_image_names_a_tag(spec):
+    name = spec["images"]["base_image"]["name"]
+    assert re.search(r"@sha256:[0-9a-f]{64}$", name) or re.search(r":[A-Za-z0-9][A-Za-z0-9._-]*$", name.rsplit("/", 1)[-1]), name
+    assert not name.endswith(":latest"), name
+
+
+def test_each_pin_check_catches_a_floor():
+    collections = [{"name": "community.general", "version": ">=10.6.0"}, {"name": "kubernetes.core", "version": "==5.0.0"}]
+    floors = {"dependencies": {"galaxy": {"collections": collections}}}
+    problems = collection_pin_problems(floors, {"community.general": ">=10.6.0", "kubernetes.core": ">=6.0.0", "ansible.posix": "*"})
+    assert "community.general: the EE installs '>=10.6.0', not one version (==X.Y.Z)" in problems
+    assert "kubernetes.core: the EE pins 5.0.0, below galaxy.yml's >=6.0.0" in problems
+    assert "galaxy.yml depends on ansible.posix, the EE does not install it" in problems
+    assert python_pin_problems("kubernetes>=24.2.0\njmespath==1.0.0\nnetaddr==1.3.0  # ok\n", "jmespath==1.0.1\n") == [
+        "'kubernetes>=24.2.0' is not pinned to one version (name==version)",
+        "'jmespath==1.0.0': requirements-dev.txt tests with jmespath==1.0.1",
+    ]
 
 
 def test_the_python_requirements_cover_every_third_party_import_of_the_plugins(python_requirements):

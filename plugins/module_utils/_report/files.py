@@ -12,9 +12,12 @@ A report folder may be shared (``/tmp/reports``, a CI workspace), so nothing in 
   device there fails with :class:`ReportFileError` instead of blocking or being overwritten.
 - The new content goes into a fresh ``mkstemp`` file in the destination folder (``O_EXCL``, a
   random name: a link planted at any fixed temporary name is never followed), as UTF-8 whatever
-  the locale, is fsynced, gets the mode of the report it replaces (or 0666 minus the umask for a
-  new one, as Ansible's ``atomic_move`` does), is renamed over the report with ``os.replace``, and
-  the folder is fsynced.
+  the locale, is fsynced, gets its mode from ``_fileio.replacement_mode`` (0640 for a new report;
+  the read/write bits of the report it replaces only when the same user owns that one, never an
+  execute, world, setuid, setgid or sticky bit: a file planted by someone else passes nothing on),
+  is renamed over the report with ``os.replace``, and the folder is fsynced.
+- A folder the writer creates (``dest``, the folders above it, ``dest/nodes``) is 0750; an existing
+  folder is left as it is.
 - Check mode reads and compares (and so reports the same failures) but writes nothing.
 """
 
@@ -28,7 +31,7 @@ import stat
 import tempfile
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import O_CLOEXEC, fsync_folder
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import O_CLOEXEC, current_umask, fsync_folder, make_folders, replacement_mode
 
 # A file name inside dest, never a path: no "/", no "..", no hidden file.
 _BASENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
@@ -51,7 +54,7 @@ def _kind(mode):
 
 
 def _current(path, size):
-    """``(bytes, mode)`` of the regular file at ``path`` (at most ``size`` + 1 bytes), or ``(None, None)`` when there is none or a link."""
+    """``(bytes, (mode, uid))`` of the regular file at ``path`` (at most ``size`` + 1 bytes), or ``(None, None)`` when there is none or a link."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
@@ -74,17 +77,11 @@ def _current(path, size):
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return b"".join(chunks), stat.S_IMODE(info.st_mode)
+        return b"".join(chunks), (stat.S_IMODE(info.st_mode), info.st_uid)
     except OSError as exc:
         raise ReportFileError(f"cannot read the report {path}: {exc}", path) from exc
     finally:
         os.close(fd)
-
-
-def _default_mode():
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _replace(module, path, data, mode):
@@ -107,16 +104,19 @@ def _replace(module, path, data, mode):
 
 
 def _planned(path, content):
-    """``(path, data, mode)`` to write at ``path``, or None when ``content`` is there already.
+    """``(path, data, mode)`` to write at ``path``, or None when ``content`` is there already (in a file of ours, with its mode).
 
     ReportFileError when ``path`` is not a regular file (a symbolic link counts as no report) or cannot be read. A lone
     surrogate (a broken escape in a task's arguments) is written as ``\\udxxx``: it has no UTF-8 form.
     """
     data = content.encode("utf-8", "backslashreplace")
-    current, mode = _current(path, len(data))
-    if current == data:
+    current, existing = _current(path, len(data))
+    euid = os.geteuid()
+    mode = replacement_mode(existing, euid, current_umask())
+    # Already there only as our own file with the mode we would give it: a planted copy (another owner, a setuid bit) is replaced.
+    if current == data and existing == (mode, euid):
         return None
-    return path, data, _default_mode() if mode is None else mode
+    return path, data, mode
 
 
 def _write(module, path, data, mode):
@@ -141,7 +141,8 @@ def write_if_changed(module, path, content):
 
 
 def ensure_folder(module, dest, follow_link=True):
-    """Create the folder ``dest`` when missing (not in check mode); ReportFileError when it is something else.
+    """Create the folder ``dest`` (0750, and the missing folders above it) when missing (not in check mode); ReportFileError
+    when it is something else.
 
     ``follow_link=False`` also refuses a symbolic link there (a sub-folder the module creates itself, such as
     ``dest/nodes``, is never a link to elsewhere).
@@ -152,7 +153,7 @@ def ensure_folder(module, dest, follow_link=True):
         raise ReportFileError(f"dest {dest} is not a folder: remove it or choose another dest", dest)
     if not module.check_mode and not os.path.isdir(dest):
         try:
-            os.makedirs(dest, exist_ok=True)
+            make_folders(dest)
         except OSError as exc:
             raise ReportFileError(f"cannot create the report folder dest {dest}: {exc}", dest) from exc
 

@@ -15,6 +15,8 @@ Levels (each includes the one before):
 
 from __future__ import annotations
 
+import math
+import platform
 import time
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
@@ -24,6 +26,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._commo
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import baseline as baseline_lib
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import checks as facts_checks
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import guard
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import load as load_checks
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, SKIP, check_result, overall_status, summarize
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.options import check_options
@@ -91,9 +94,10 @@ def boot_time(host):
     """Seconds since the epoch at which the node booted (for ``[ 123.4]`` kernel log times), or None."""
     text = host.read("proc/uptime")
     try:
-        return time.time() - float(text.split()[0])
+        uptime = float(text.split()[0])
     except (AttributeError, IndexError, ValueError):
         return None
+    return time.time() - uptime if math.isfinite(uptime) else None  # "nan" would date every Xid line NaN
 
 
 def _detail(exc, key):
@@ -150,6 +154,18 @@ class Validator:
         self.baseline = baseline_lib.normalize(self.options.get("baseline"))
         self.counter = CommandCounter()
         self.paths = {key: value for key, value in self.options.items() if key.endswith("_path") and value}
+        # Whether the node is drained: Slurm's record when given (read now: a bad one fails before any command), else the caller's word.
+        self.node, self.drained, self.slurm_state = platform.node() or "this node", self.options.get("drained"), None
+        if self.options.get("slurm_node_record") is not None:
+            self.node, self.drained, self.slurm_state = guard.slurm_drain(self.options["slurm_node_record"])
+
+    def _guard(self, facts, check_mode):
+        """NodeInUseError before any check when the selected checks load the GPUs of a busy or undrained node."""
+        load = [] if check_mode else [name for name in self.names if name in LOAD_CHECKS]
+        processes = None if facts is None else facts.get("gpu_processes")
+        refusal = guard.load_refusal(self.node, load, processes, self.drained, self.slurm_state)
+        if refusal:
+            raise guard.NodeInUseError(refusal, node=self.node, load_checks=load, drained=self.drained)
 
     def _facts(self):
         critical = self.options.get("critical_xids") or DEFAULT_CRITICAL_XIDS
@@ -166,10 +182,11 @@ class Validator:
 
     def run(self):
         facts, error = self._facts()
+        check_mode = bool(getattr(self.module, "check_mode", False))
+        self._guard(facts, check_mode)
         tools = load_checks.ValidationTools(self.module, self.paths, self.counter)
         ctx = Context(self.options, facts, error, self.baseline, tools, boot_time(self.host))
         results = []
-        check_mode = bool(getattr(self.module, "check_mode", False))
         for name in self.names:
             if check_mode and name in LOAD_CHECKS:
                 results.append(check_result(name, SKIP, None, None, CHECK_MODE_MESSAGE))

@@ -81,3 +81,28 @@ def test_a_bad_bmc_port_never_shows_its_value():
     with pytest.raises(AnsibleFilterError) as refused:
         bmc_endpoints([host("gpu-01", bmc_address="a", bmc_user="u", bmc_password="443", bmc_port=secret)])
     assert "gpu-01: bmc_port" in str(refused.value) and secret not in str(refused.value)
+
+
+ENV = {"user": "awx-bmc", "password": "from-env", "port": "8443"}  # the GPUFLEET_BMC_* environment an AWX credential injects
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, {"port": 8443, "user": "awx-bmc", "password": "from-env"}),  # nothing per host: the environment's
+        ({"bmc_user": "own", "bmc_password": "own-pw", "bmc_port": 443}, {"port": 443, "user": "own", "password": "own-pw"}),  # host wins
+        ({"bmc_password": "own-pw"}, {"port": 8443, "user": "awx-bmc", "password": "own-pw"}),  # key by key
+        ({"bmc_password": ""}, None),  # a host that sets an empty password has none: the environment does not fill it
+    ],
+)
+def test_defaults_stand_in_for_what_a_host_does_not_define(given, expected):
+    found = bmc_endpoints([host("gpu-01", bmc_address="10.0.0.1", **given)], defaults=ENV)
+    assert found == ([] if expected is None else [dict({"name": "gpu-01", "address": "10.0.0.1"}, **expected)])
+
+
+def test_empty_defaults_are_no_credentials_and_bad_defaults_are_refused():
+    assert bmc_endpoints([host("gpu-01", bmc_address="10.0.0.1")], defaults={"user": "", "password": "", "port": ""}) == []
+    with pytest.raises(AnsibleFilterError, match="defaults has unknown key"):
+        bmc_endpoints([host("gpu-01")], defaults={"username": "x"})
+    with pytest.raises(AnsibleFilterError, match="defaults is a str"):
+        bmc_endpoints([host("gpu-01")], defaults="x")

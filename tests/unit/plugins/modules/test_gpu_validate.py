@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import levels as _validate_levels
 from ansible_collections.gpufleet.lifecycle.plugins.modules import gpu_validate
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
+# A healthy node running a job (python3, pid 41234 on GPU 1); IDLE_XML is the same node with no process on its GPUs.
 HEALTHY_XML = (FIXTURES / "validate" / "nvsmi_qx_2xH100_550.90.07_healthy.xml").read_text()
+IDLE_XML = re.sub(r"\s*<process_info>.*?</process_info>", "", HEALTHY_XML, flags=re.DOTALL)
 FAULTY_XML = (FIXTURES / "gpu_facts" / "nvsmi_qx_2xH100_550.90.07.xml").read_text()
 DMESG_CLEAN = "[    4.211532] nvidia: loading out-of-tree module taints kernel.\n"
 DMESG_XID79 = (FIXTURES / "gpu_facts" / "dmesg_xid79.txt").read_text()
@@ -46,7 +49,7 @@ def node(tmp_path, monkeypatch):
 def tools(commands):
     """Paths of every tool; responses of a healthy node for the quick level."""
     paths = {name: commands.tool(name) for name in ("nvidia-smi", "nv-fabricmanager", "systemctl", "dmesg", "dcgmi", "all_reduce_perf", "gpu_burn", "timeout")}
-    commands.on([paths["nvidia-smi"], "-q", "-x"], stdout=HEALTHY_XML)
+    commands.on([paths["nvidia-smi"], "-q", "-x"], stdout=IDLE_XML)
     commands.on([paths["nv-fabricmanager"], "--version"], stdout=FM_VERSION)
     commands.on([paths["systemctl"], "is-active", "nvidia-fabricmanager", "nvidia-persistenced"], stdout="active\nactive\n")
     commands.on([paths["dmesg"]], stdout=DMESG_CLEAN)
@@ -164,7 +167,7 @@ def test_fabric_manager_mismatch_and_inactive(node, tools, commands, run_module)
 
 def test_standard_level_runs_dcgm_level_2_json_and_skips_cuda_smoke_without_a_tool(node, tools, commands, run_module):
     commands.on([*TIMEOUT, tools["dcgmi"], "diag", "-r", "2", "-j"], stdout=DCGM_PASS)
-    result = run_module(gpu_validate.main, {"level": "standard"})
+    result = run_module(gpu_validate.main, {"drained": True, "level": "standard"})
     assert result["status"] == "pass", result.get("msg")
     checks = by_name(result)
     assert checks["cuda_smoke"]["status"] == "skip"
@@ -176,7 +179,7 @@ def test_standard_level_runs_dcgm_level_2_json_and_skips_cuda_smoke_without_a_to
 
 def test_dcgm_failure_names_the_test_and_gpu(node, tools, commands, run_module):
     commands.on([*TIMEOUT, tools["dcgmi"], "diag", "-r", "2", "-j"], rc=226, stdout=DCGM_FAIL)
-    result = run_module(gpu_validate.main, {"checks": ["dcgm_diag"], "fail_on": "never"})
+    result = run_module(gpu_validate.main, {"drained": True, "checks": ["dcgm_diag"], "fail_on": "never"})
     dcgm = by_name(result)["dcgm_diag"]
     assert dcgm["status"] == "fail"
     assert dcgm["observed"]["result"] == "fail"
@@ -192,7 +195,8 @@ def test_full_level_commands_measurements_and_verdicts(node, tools, commands, ru
     commands.on([*TIMEOUT, "/opt/smoke/vectorAdd"], stdout="Test PASSED\n")
     result = run_module(
         gpu_validate.main,
-        {"level": "full", "expected_gpu_count": 2, "nccl_min_busbw_gbps": 300, "burn_seconds": 10, "cuda_smoke_command": ["/opt/smoke/vectorAdd"]},
+        {"drained": True, "level": "full", "expected_gpu_count": 2, "nccl_min_busbw_gbps": 300, "burn_seconds": 10,
+         "cuda_smoke_command": ["/opt/smoke/vectorAdd"]},
     )
     assert result["status"] == "pass", result.get("msg")
     checks = by_name(result)
@@ -214,7 +218,8 @@ def test_low_busbw_fails_nccl_only(node, tools, commands, run_module):
     commands.on([*TIMEOUT, tools["all_reduce_perf"], "-b", "8M", "-e", "1G", "-f", "2", "-g", "2"], stdout=NCCL)
     result = run_module(
         gpu_validate.main,
-        {"checks": ["gpu_count", "nccl_busbw"], "nccl_min_busbw_gbps": 400, "nccl_args": ["-b", "8M", "-e", "1G", "-f", "2", "-g", "2"], "fail_on": "never"},
+        {"drained": True, "checks": ["gpu_count", "nccl_busbw"], "nccl_min_busbw_gbps": 400,
+         "nccl_args": ["-b", "8M", "-e", "1G", "-f", "2", "-g", "2"], "fail_on": "never"},
     )
     assert result["failed_checks"] == ["nccl_busbw"]
     nccl = by_name(result)["nccl_busbw"]
@@ -229,7 +234,7 @@ def test_low_busbw_fails_nccl_only(node, tools, commands, run_module):
 ])
 def test_timeout_gives_a_failing_check_not_a_crash(node, tools, commands, run_module, check, argv_tail):
     commands.on(["/usr/bin/timeout", "--kill-after=10", "600", tools[argv_tail[0]], *argv_tail[1:]], rc=124)
-    result = run_module(gpu_validate.main, {"checks": [check], "level": "full", "timeout": 600, "fail_on": "never", "expected_gpu_count": 2})
+    result = run_module(gpu_validate.main, {"drained": True, "checks": [check], "level": "full", "timeout": 600, "fail_on": "never", "expected_gpu_count": 2})
     found = by_name(result)[check]
     assert found["status"] == "fail"
     assert found["observed"]["rc"] == 124
@@ -239,7 +244,7 @@ def test_timeout_gives_a_failing_check_not_a_crash(node, tools, commands, run_mo
 
 def test_burn_timeout_is_at_least_the_burn_time(node, tools, commands, run_module):
     commands.on(["/usr/bin/timeout", "--kill-after=10", "960", tools["gpu_burn"], "900"], rc=124)
-    result = run_module(gpu_validate.main, {"checks": ["gpu_burn"], "burn_seconds": 900, "timeout": 60, "fail_on": "never"})
+    result = run_module(gpu_validate.main, {"drained": True, "checks": ["gpu_burn"], "burn_seconds": 900, "timeout": 60, "fail_on": "never"})
     burn = by_name(result)["gpu_burn"]
     assert burn["status"] == "fail"
     assert "did not finish within 960 s" in burn["message"]
@@ -247,7 +252,7 @@ def test_burn_timeout_is_at_least_the_burn_time(node, tools, commands, run_modul
 
 def test_missing_tool_fails_with_how_to_skip(node, tools, commands, run_module):
     del commands.binaries["dcgmi"]
-    result = run_module(gpu_validate.main, {"checks": ["dcgm_diag"], "fail_on": "never"})
+    result = run_module(gpu_validate.main, {"drained": True, "checks": ["dcgm_diag"], "fail_on": "never"})
     dcgm = by_name(result)["dcgm_diag"]
     assert dcgm["status"] == "fail"
     assert "dcgmi was not found" in dcgm["message"]
@@ -274,14 +279,15 @@ def test_baseline_dbe_growth_fails_ecc(node, tools, commands, run_module):
 def test_baseline_busbw_drop_beyond_tolerance_fails(node, tools, commands, run_module):
     commands.on([*TIMEOUT, tools["all_reduce_perf"], "-b", "1G", "-e", "8G", "-f", "2", "-g", "2"], stdout=NCCL)
     base = {"snapshot": {"snapshot_version": 1, "gpus": [], "xid_counts": {}}, "measurements": {"busbw_gbps": 420.0}}
-    result = run_module(gpu_validate.main, {"checks": ["nccl_busbw"], "baseline": base, "baseline_busbw_tolerance_pct": 10, "fail_on": "never"})
+    result = run_module(gpu_validate.main,
+                        {"drained": True, "checks": ["nccl_busbw"], "baseline": base, "baseline_busbw_tolerance_pct": 10, "fail_on": "never"})
     nccl = by_name(result)["nccl_busbw"]
     assert nccl["status"] == "fail"
     assert nccl["expected"]["baseline_floor_gbps"] == 378.0
     assert "more than 10% below the baseline 420 GB/s" in nccl["message"]
     # within tolerance: pass
     base["measurements"]["busbw_gbps"] = 380.0
-    result = run_module(gpu_validate.main, {"checks": ["nccl_busbw"], "baseline": base, "fail_on": "never"})
+    result = run_module(gpu_validate.main, {"drained": True, "checks": ["nccl_busbw"], "baseline": base, "fail_on": "never"})
     assert by_name(result)["nccl_busbw"]["status"] == "pass"
 
 
@@ -442,3 +448,56 @@ def test_a_typed_error_while_gathering_facts_fails_the_facts_checks_not_the_run(
     assert by_name(result)["gpu_count"]["status"] == "fail"
     assert "systemctl is-active answered for another unit (command: /usr/bin/systemctl is-active)" in by_name(result)["gpu_count"]["message"]
     assert by_name(result)["nvlink"]["status"] == "pass"
+
+
+SLURM_FIXTURES = FIXTURES / "slurm"
+
+
+@pytest.mark.parametrize(
+    ("xml", "args", "refused"),
+    [
+        ("busy", {"level": "standard", "drained": True}, "1 compute process(es) run on its GPUs (pid 41234 python3 on GPU 1)"),
+        ("busy", {"level": "full"}, "1 compute process(es) run on its GPUs"),
+        ("busy", {"checks": ["gpu_burn"], "drained": True}, "gpu_burn load every GPU"),
+        ("idle", {"level": "standard"}, "whether it is drained is not known"),
+        ("idle", {"level": "full", "drained": False}, "it is not drained"),
+        ("idle", {"level": "standard", "slurm_node_record": "mixed"}, "Slurm shows it MIXED, not drained"),
+        ("idle", {"level": "standard", "slurm_node_record": "mixed_drain_ours"}, "Slurm shows it MIXED+DRAIN"),
+    ],
+)
+def test_load_checks_are_refused_on_a_busy_or_undrained_node_before_any_runs(node, tools, commands, run_module, xml, args, refused):
+    if xml == "busy":
+        commands.on([tools["nvidia-smi"], "-q", "-x"], stdout=HEALTHY_XML)
+    if "slurm_node_record" in args:
+        args = dict(args, slurm_node_record=(SLURM_FIXTURES / f"show_node_{args['slurm_node_record']}.txt").read_text())
+    result = run_module(gpu_validate.main, dict(args, fail_on="never"))
+    assert result.get("failed") and refused in result["msg"], result.get("msg")
+    assert "Nothing was run" in result["msg"]
+    ran = {call["argv"][0] for call in commands.calls}
+    assert not ran & {tools["dcgmi"], tools["all_reduce_perf"], tools["gpu_burn"]}, ran
+
+
+def test_load_checks_run_on_a_node_slurm_shows_drained(node, tools, commands, run_module):
+    commands.on([*TIMEOUT, tools["dcgmi"], "diag", "-r", "2", "-j"], stdout=DCGM_PASS)
+    record = (SLURM_FIXTURES / "show_node_idle_drain_others.txt").read_text()
+    result = run_module(gpu_validate.main, {"level": "standard", "slurm_node_record": record})
+    assert result["status"] == "pass", result.get("msg")
+    assert by_name(result)["dcgm_diag"]["status"] == "pass"
+
+
+def test_check_mode_on_a_busy_undrained_node_runs_the_read_only_checks(node, tools, commands, run_module):
+    commands.on([tools["nvidia-smi"], "-q", "-x"], stdout=HEALTHY_XML)
+    result = run_module(gpu_validate.main, {"level": "full", "fail_on": "never"}, check_mode=True)
+    assert not result.get("failed"), result.get("msg")
+    assert by_name(result)["dcgm_diag"]["status"] == "skip"
+
+
+def test_an_unreadable_slurm_record_fails_before_any_command(node, tools, commands, run_module):
+    result = run_module(gpu_validate.main, {"level": "standard", "slurm_node_record": ""})
+    assert result.get("failed") and "slurm_node_record is not the node's scontrol show node output" in result["msg"]
+    assert commands.calls == []
+
+
+def test_drained_and_slurm_node_record_are_mutually_exclusive(node, tools, commands, run_module):
+    result = run_module(gpu_validate.main, {"level": "standard", "drained": True, "slurm_node_record": "x"})
+    assert result.get("failed") and "mutually exclusive" in result["msg"]

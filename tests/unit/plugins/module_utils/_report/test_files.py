@@ -11,6 +11,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import replacement_mode
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import files
 
 try:  # ansible-core >= 2.19
@@ -62,7 +63,8 @@ def test_writes_and_then_changes_nothing(tmp_path, module, umask_022):
     changed, paths = write(module, dest)
     assert changed and paths == {"md": str(dest / "fleet-report.md")}
     assert (dest / "fleet-report.md").read_bytes() == REPORT.encode("utf-8")
-    assert stat.S_IMODE(os.stat(dest / "fleet-report.md").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(dest / "fleet-report.md").st_mode) == 0o640
+    assert stat.S_IMODE(os.stat(dest).st_mode) == 0o750
     assert write(module, dest) == (False, paths)
     assert leftovers(dest) == []
 
@@ -104,12 +106,61 @@ def test_symlink_planted_at_the_destination_is_replaced_not_followed(tmp_path, m
     assert stat.S_IMODE(os.lstat(report).st_mode) != 0o600  # not the link target's mode either
 
 
-def test_an_existing_report_keeps_its_mode(tmp_path, module):
+def test_an_existing_report_of_ours_keeps_its_read_and_write_bits(tmp_path, module):
     dest = tmp_path / "reports"
     write(module, dest)
-    os.chmod(dest / "fleet-report.md", 0o640)
+    os.chmod(dest / "fleet-report.md", 0o600)
     assert write(module, dest, content="new\n")[0]
+    assert stat.S_IMODE(os.stat(dest / "fleet-report.md").st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("existing", "umask", "mode"),
+    [
+        (None, 0o022, 0o640),  # a new report
+        (None, 0o077, 0o600),  # the umask takes away more
+        (None, 0o000, 0o640),  # never more than 0640
+        ((0o600, 1000), 0o022, 0o600),  # our own, tighter: kept
+        ((0o660, 1000), 0o022, 0o660),  # our own, group-writable: kept
+        ((0o644, 1000), 0o022, 0o640),  # our own, world-readable (an older version's report): never world bits
+        ((0o6777, 1000), 0o022, 0o660),  # our own with setuid, setgid, execute and world bits: only rw for owner and group
+        ((0o1640, 1000), 0o022, 0o640),  # sticky bit dropped
+        ((0o000, 1000), 0o022, 0o600),  # the owner always reads and writes its report
+        ((0o4777, 0), 0o022, 0o640),  # planted by another user (root here): nothing inherited
+        ((0o600, 2000), 0o022, 0o640),  # planted by another user: its mode is not ours to keep
+    ],
+)
+def test_replacement_mode(existing, umask, mode):
+    assert replacement_mode(existing, 1000, umask) == mode
+
+
+def test_a_file_planted_by_another_user_passes_on_nothing(tmp_path, module, umask_022, monkeypatch):
+    dest = tmp_path / "reports"
+    dest.mkdir()
+    planted = dest / "fleet-report.md"
+    planted.write_text(REPORT, encoding="utf-8")  # even with the very content: the planted file is replaced
+    os.chmod(planted, 0o4777)  # noqa: S103 - the planted file the test is about
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(planted).st_uid + 1)  # the file is someone else's
+    assert write(module, dest)[0]
+    assert stat.S_IMODE(os.stat(planted).st_mode) == 0o640
+
+
+def test_an_older_world_readable_report_of_ours_is_rewritten_0640(tmp_path, module, umask_022):
+    dest = tmp_path / "reports"
+    write(module, dest)
+    os.chmod(dest / "fleet-report.md", 0o644)
+    assert write(module, dest)[0]
     assert stat.S_IMODE(os.stat(dest / "fleet-report.md").st_mode) == 0o640
+    assert not write(module, dest)[0]
+
+
+def test_created_folders_are_0750_and_an_existing_one_is_left_alone(tmp_path, module, umask_022):
+    os.chmod(tmp_path, 0o755)  # noqa: S103 - an existing folder that must stay as it is
+    dest = tmp_path / "a" / "b" / "reports"
+    write(module, dest)
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", dest):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o750, folder
+    assert stat.S_IMODE(os.stat(tmp_path).st_mode) == 0o755
 
 
 def test_the_file_and_its_folder_are_fsynced(tmp_path, module, monkeypatch):
