@@ -71,7 +71,7 @@ set +e
        "gpufleet_wave_max_per_domain": 2, "gpufleet_soak_seconds": 3, "gpufleet_wave_pause_seconds": 2,
        "gpufleet_failure_budget": 2, "gpufleet_wave_max_fail_percentage": 50, "gpufleet_reboot_timeout": 120,
        "gpufleet_capacity_poll_seconds": 2, "gpufleet_capacity_wait_seconds": 300, "node_maintenance_poll_interval": 1,
-       "gpu_validate_poll_interval": 1}'
+       "gpu_validate_poll_interval": 1, "nvidia_driver_poll_interval": 1}'
 rc=$?
 set -e
 

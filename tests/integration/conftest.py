@@ -4,8 +4,8 @@
 splits, and a worker takes the next file when it is done with one. Starting the longest files first keeps the last
 minutes from being one long file on one worker while the other waits (xdist's own reorder sorts by the number of tests
 in a file, which put test_molecule and test_rehearsal - one long test each - last).
-Seconds are one clean-clone run's on 2 loaded cores (its --durations), for the order only; a file not named runs after
-these, in pytest's order.
+Seconds are estimates from the clean-clone run of 2026-12-05 on 2 loaded cores (its --durations: setup and calls of
+the file's slowest tests), for the order only; a file not named runs after these, in pytest's order.
 """
 
 from __future__ import annotations
@@ -13,19 +13,21 @@ from __future__ import annotations
 import pathlib
 
 SECONDS = {
-    "test_rollout_waves.py": 1000,
-    "test_rollout.py": 800,
-    "test_rollout_resume.py": 750,
-    "test_fleet_e2e.py": 700,
-    "test_nvidia_driver.py": 350,
-    "test_awx_runner.py": 300,
-    "test_rollout_firmware.py": 250,
-    "test_mlxfw.py": 200,
-    "test_rehearsal.py": 150,
-    "test_molecule.py": 150,
-    "test_node_maintenance.py": 150,
-    "test_nvidia_driver_activation.py": 120,
-    "test_mitogen.py": 100,
+    "test_rollout.py": 530,
+    "test_rollout_resume.py": 430,
+    "test_fleet_e2e.py": 420,
+    "test_rollout_waves.py": 320,
+    "test_nvidia_driver.py": 300,
+    "test_rollout_firmware.py": 160,
+    "test_awx_runner.py": 120,
+    "test_mlxfw.py": 120,
+    "test_roles_compose.py": 110,
+    "test_node_maintenance.py": 100,
+    "test_nvfwupd.py": 100,
+    "test_rehearsal.py": 90,
+    "test_molecule.py": 60,
+    "test_nvidia_driver_activation.py": 60,
+    "test_mitogen.py": 60,
 }
 
 

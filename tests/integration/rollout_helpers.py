@@ -113,6 +113,17 @@ def max_unavailable(samples: list[dict], pool: list[str]) -> tuple[int, float, l
     return worst
 
 
+def parse_nodes(text: str) -> dict[str, dict[str, str]]:
+    """`scontrol show node -o` (one line per node) -> {name: {state, reason}}; lines without NodeName or State= are left out."""
+    out = {}
+    for line in text.splitlines():
+        name, state = re.search(r"NodeName=(\S+)", line), re.search(r" State=(\S+)", line)
+        if name and state:
+            reason = re.search(r" Reason=(.*?)(?: \w+=|$)", line)
+            out[name.group(1)] = {"state": state.group(1), "reason": reason.group(1).strip() if reason else ""}
+    return out
+
+
 def recap(stdout: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP of ansible-playbook's default output: {host: {ok, changed, unreachable, failed, ...}}."""
     out = {}
@@ -213,6 +224,11 @@ class RolloutFleet(BaseFleet):
         state = re.search(r" State=(\S+)", line).group(1)
         reason = re.search(r" Reason=(.*?)(?: \w+=|$)", line)
         return {"state": state, "reason": reason.group(1).strip() if reason else ""}
+
+    def nodes(self) -> dict[str, dict[str, str]]:
+        """Slurm's view of every node in one `scontrol show node -o` call: {name: {state, reason}} (for loops that poll
+        the whole fleet while a rollout runs: one scontrol per poll, not one per node, leaves the CPU to the rollout)."""
+        return parse_nodes(self.scontrol("show", "node", "-o"))
 
     def submit(self, name: str, seconds: float) -> str:
         """A job of `seconds` on the node (sbatch from the controller); its id."""

@@ -54,8 +54,13 @@ def fleet(tmp_path_factory):
 
 
 def envvars() -> dict[str, str]:
-    """env/envvars of the job: what the EE provides (the collection, ansible-core on PATH) and AWX's settings."""
+    """env/envvars of the job: what the EE provides (the collection, ansible-core on PATH) and AWX's settings.
+
+    SSH pipelining on, as the other rollout tests run (fleet.ansible_env: a module in one SSH round trip instead of
+    four; an EE sets it in its ansible.cfg or the job template's environment). The path without it stays tested by
+    test_nvidia_driver.py."""
     return {
+        "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_COLLECTIONS_PATH": f"{REPO / '.collections'}:{REPO / '.venv' / 'lib' / 'python3.11' / 'site-packages'}",
         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "ANSIBLE_HOST_KEY_CHECKING": "False",
