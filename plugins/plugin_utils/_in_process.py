@@ -95,7 +95,8 @@ class InProcessAction(ActionBase):
             msg = validation.errors.msg
             if isinstance(validation.errors[0], UnsupportedError):
                 msg = f"Unsupported parameters for ({self.MODULE}) module: {msg}"
-            result.update(failed=True, changed=False, msg=msg)
+            # A message can quote a value (a password given as a port, a secret as a format): masked as the result is.
+            result.update(self.masked({"msg": msg}, validation.validated_parameters, validation._no_log_values), failed=True, changed=False)
             return result
         try:
             outcome = self.run_task(validation.validated_parameters, self._task.check_mode)

@@ -292,6 +292,54 @@ def credentials_in(value):
     return urls
 
 
+# The options that can hold free text, and so a credential: no_log as a whole, so that AnsibleModule's "Invoked with"
+# line (syslog, the journal) shows NOT_LOGGING_PARAMETER for them. It is written before main() can look at them, and
+# it masks only the user:password@ form itself: a signed query or an escaped character reaches it in clear otherwise.
+NOT_LOGGED = ("dest", "rollout_id", "records", "plan", "summary_extra", "title", "generated_at")
+
+
+def no_log_leaves(value):
+    """The strings AnsibleModule registers as ``no_log`` values for an option holding ``value``: every string and number
+    at any depth, not the keys of a mapping (ansible-core's ``_return_datastructure_name``). A loop, not recursion."""
+    leaves, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            if item:
+                leaves.append(item if isinstance(item, str) else item.decode("utf-8", "surrogateescape"))
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif item is None or isinstance(item, bool):
+            continue
+        elif isinstance(item, (int, float)):
+            leaves.append(str(item))
+        else:
+            try:
+                stack.extend(item)
+            except TypeError:
+                continue
+    return leaves
+
+
+def masked_forms(values):
+    """``values`` as a message can hold them: as given, and as Python's ``repr`` writes them (an error quoting with ``!r``
+    doubles a backslash)."""
+    return {form for value in values if value for form in (value, repr(value)[1:-1]) if form}
+
+
+def settle_no_log_values(no_log_values, params):
+    """``no_log_values`` (AnsibleModule's, once built) holding what rollout_report masks: its ``secrets`` and the
+    credentials :func:`credentials_in` finds, not the host names and times the :data:`NOT_LOGGED` options registered.
+
+    Masking those would star every node name in the result, one pass over the result per value (10,000 records register
+    hundreds of thousands). A value that is also a secret or a credential stays.
+    """
+    no_log_values.difference_update(no_log_leaves([params.get(name) for name in NOT_LOGGED]))
+    secrets = [secret for secret in params.get("secrets") or () if isinstance(secret, str)]
+    no_log_values.update(masked_forms(secrets) | masked_forms(credentials_in(params)))
+    return no_log_values
+
+
 def redact(value, secrets=(), found=None):
     """``value`` with every URL that carries a credential redacted and every string of ``secrets`` replaced.
 

@@ -9,8 +9,11 @@ import os
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.lifecycle.plugins.action import bmc_inventory, fleet_report
 from ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._in_process import without_no_log_values
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -125,3 +128,43 @@ def test_no_log_values_are_masked_as_remove_values_masks_them(result, masked):
     assert out == remove_values(result, no_log)
     assert (out != result) is masked
     assert without_no_log_values(result, set()) is result
+
+
+def run_in_process(action_class, args):
+    """The action's result for ``args`` in this process (the local connection, no become), ActionBase.run stubbed."""
+    task = mock.Mock(args=args, check_mode=False, async_val=0)
+    action = action_class(task=task, connection=mock.Mock(transport="local"), play_context=mock.Mock(become=False),
+                          loader=None, templar=None, shared_loader_obj=None)
+    with mock.patch.object(ActionBase, "run", return_value={}), \
+            mock.patch("ansible_collections.gpufleet.lifecycle.plugins.plugin_utils._in_process.controller_selinux_enabled", return_value=False):
+        return action.run(task_vars={})
+
+
+def bmc(**extra):
+    return dict({"name": "gpu-001", "address": "10.0.0.1", "user": "admin", "password": SECRET}, **extra)
+
+
+@pytest.mark.parametrize(
+    ("action", "args", "msg"),
+    [
+        # A password given as a port: the error quotes it as repr writes it.
+        (bmc_inventory.ActionModule, {"bmcs": [bmc(port=SECRET)]},
+         "argument 'port' is of type str found in 'bmcs'. and we were unable to convert to int: \"'********'\" cannot be converted to an int"),
+        # A password given where a boolean goes: quoted as it is.
+        (bmc_inventory.ActionModule, {"bmcs": [bmc()], "validate_certs": SECRET},
+         "argument 'validate_certs' is of type str and we were unable to convert to bool: The value '********' is not a valid boolean."),
+        # A secret given as a format.
+        (fleet_report.ActionModule, {"nodes": [], "dest": "/nonexistent/r", "secrets": [SECRET], "formats": ["md", SECRET]},
+         "value of formats must be one or more of: json, md, html. Got no match for: ********"),
+        # Host names, addresses and users (bmcs is no_log as a whole) are not masked.
+        (bmc_inventory.ActionModule, {"bmcs": [bmc(colour="gpu-001")]},
+         "Unsupported parameters for (gpufleet.lifecycle.bmc_inventory) module: bmcs.colour. Supported parameters include: address, name, password"),
+    ],
+    ids=["password-as-port", "password-as-bool", "secret-as-format", "names-unmasked"],
+)
+def test_an_argument_error_in_process_masks_the_secrets_it_quotes(action, args, msg):
+    result = run_in_process(action, args)
+    assert result["failed"] is True and result["changed"] is False
+    assert result["msg"].startswith(msg), result["msg"]
+    for form in (SECRET, repr(SECRET)[1:-1], json.dumps(SECRET)[1:-1]):
+        assert form not in json.dumps(result) and form not in result["msg"]
