@@ -523,7 +523,10 @@ def _holder_of(path):
     try:
         with open(path, "rb") as handle:
             info = json.loads(handle.read(4096).decode("utf-8"))
-        pid = int(info["pid"])
+        pid = info["pid"]
+        # locked() records its own pid, an int: kill(0, 0) or kill(-1, 0) would succeed for a process group, not a holder.
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise ValueError("not a process id")
         os.kill(pid, 0)  # a recorded holder that is gone is no holder (a plain flock of another tool holds it)
     except (ValueError, KeyError, TypeError, OSError, OverflowError, RecursionError):
         # Whatever the file holds (another tool's text, "[[[[...", a pid too large for kill): the holder is not known.

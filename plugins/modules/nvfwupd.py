@@ -15,6 +15,8 @@ description:
     package version, action), returns the plan in check mode, flashes with C(update_fw -b -j), follows the BMC's task with
     C(show_update_progress -j) until it ends, and reads the firmware again.
   - The package's sha256 (O(checksum)) is verified before anything else; a mismatch fails and nothing is run.
+  - The BMC's TLS certificate is verified (O(bmc.validate_certs), O(bmc.ca_path)) before nvfwupd, which checks none, gets the
+    BMC's password.
   - A package that would downgrade a component is refused unless O(allow_downgrade=true); then the update runs between
     C(force_update enable) and C(force_update disable), and the disable runs on every exit path and is checked with C(force_update status).
   - Every run with O(state=present) reads C(force_update status) first. Before C(force_update enable) a record (no secret) is written
@@ -75,6 +77,23 @@ options:
         type: str
         choices: [HGX, DGX, HGXB100, GB200, GB300, MGX-NVL]
         default: HGX
+      validate_certs:
+        description:
+          - Check the BMC's TLS certificate (against O(bmc.ca_path), else the system's CAs, and for O(bmc.address)) before nvfwupd
+            gets the password. nvfwupd checks none itself (it calls Redfish with C(verify=False)), so the module opens a TLS
+            connection of its own to O(bmc.address):O(bmc.port) and sends C(GET /redfish/v1/) without credentials first; a
+            certificate it cannot verify (or a BMC it cannot reach) fails naming the BMC, before the config file is written or nvfwupd runs.
+          - V(false) skips the check, with a warning - anyone on the network path to the BMC could then receive its password.
+            Only on a management network you trust.
+        type: bool
+        default: true
+        version_added: 0.2.0
+      ca_path:
+        description:
+          - The CA bundle (PEM) that signed the BMC's certificate (the gpu_firmware role passes C(gpufleet_bmc_ca_path)).
+            Without it the system's CAs are trusted.
+        type: path
+        version_added: 0.2.0
   bmc_password:
     description:
       - The password of O(bmc.user). Required with O(bmc) (or O(bmc.password)).
@@ -266,6 +285,8 @@ ARGUMENT_SPEC = {
             "password": {"type": "str", "no_log": True},  # the action plugin moves it to bmc_password
             "port": {"type": "int", "default": 443},
             "servertype": {"type": "str", "choices": list(SERVERTYPES), "default": "HGX"},
+            "validate_certs": {"type": "bool", "default": True},
+            "ca_path": {"type": "path"},
         },
     },
     "bmc_password": {"type": "str", "no_log": True},

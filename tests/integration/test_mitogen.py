@@ -95,6 +95,7 @@ PLAYBOOK = """
           user: "{{ bmc_user }}"
           password: "{{ bmc_password }}"
           port: "{{ bmc_port }}"
+          ca_path: "{{ gpufleet_bmc_ca_path }}"
         nvfwupd_path: "{{ nvfwupd_path }}"
         nvfwupd_interpreter: "{{ nvfwupd_interpreter }}"
       delegate_to: localhost

@@ -50,6 +50,8 @@ PLAY = """
               user: "{{ bmc_user }}"
               password: "{{ bmc_pw | default(bmc_password) }}"
               port: "{{ bmc_port }}"
+              validate_certs: "{{ bmc_validate_certs | default(true) }}"
+              ca_path: "{{ gpufleet_bmc_ca_path }}"
             package: "{{ package }}"
             checksum: "{{ checksum }}"
             allow_downgrade: "{{ allow_downgrade | default(false) }}"
@@ -304,7 +306,8 @@ def test_no_plain_http_request_leaves_the_controller(fleet, packages):
         cfg.unlink()
         assert received and b"Authorization: Basic" in received[0], received
         received.clear()
-        result = fleet.flash("fw-01", new, bmc_at=NO_BMC)["Run nvfwupd"]
+        # validate_certs false: the module's own certificate check would stop at the refused HTTPS port before nvfwupd runs
+        result = fleet.flash("fw-01", new, bmc_at=NO_BMC, bmc_validate_certs=False)["Run nvfwupd"]
     finally:
         stop.set()
         thread.join(5)

@@ -11,7 +11,8 @@ there) inside the module's Ansible tmp dir (``AnsibleModule.tmpdir``): removed o
 Ansible with that tmp dir when the module process is killed. A downgrade runs between ``force_update
 enable`` and ``force_update disable``; a record of it is written before the enable (force_update_record),
 the disable runs on every exit path and is checked with ``force_update status``, and every run closes a
-ForceUpdate that a killed earlier run left on.
+ForceUpdate that a killed earlier run left on. nvfwupd checks no BMC certificate (``verify=False``): the BMC's is
+checked with the collection's own client (bmc_certificate) before the config file is written.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact, _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._fileio import O_CLOEXEC
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import force_update_record, nvfwupd_plan
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import bmc_certificate, force_update_record, nvfwupd_plan
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvfwupd as parsers
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.ids import rollout_id_problem  # the rollout's own rule
@@ -468,6 +469,7 @@ class FirmwareUpdater:
         self.tool = Nvfwupd(self.module, path=self.params.get("nvfwupd_path"), interpreter=self.params.get("nvfwupd_interpreter"))
         if not self.tool.available:
             raise NvfwupdError("nvfwupd was not found on this host: install it, or set nvfwupd_path (and nvfwupd_interpreter for nvfwupd.py)")
+        self._check_bmc_certificate()
         here = os.getcwd()
         # In the module's Ansible tmp dir: removed by Ansible with it even when this process is killed (SIGKILL).
         tmpdir = self.module.tmpdir
@@ -480,6 +482,15 @@ class FirmwareUpdater:
                 os.chdir(here)
                 if self.record is not None:
                     self.record.release()
+
+    def _check_bmc_certificate(self):
+        """Before the config file holds the password: nvfwupd checks no certificate (verify=False), so the collection does."""
+        address, port = self.bmc["address"], self.bmc["port"]
+        if not self.bmc.get("validate_certs", True):
+            self.module.warn(bmc_certificate.insecure_warning(bmc_certificate.where(address, port)))
+            return
+        left = max(1, math.ceil(self.deadline - self.clock()))
+        bmc_certificate.check(address, port, self.bmc.get("ca_path"), timeout=min(bmc_certificate.CHECK_TIMEOUT, left))
 
     def _run_with_config(self):
         system = self._show_version()

@@ -80,6 +80,14 @@ def snapshot(facts, measurements=None):
     }
 
 
+def _snapshot_xid_counts(counts):
+    """A snapshot's ``xid_counts`` with int keys and counts (JSON made the keys strings), else BaselineError."""
+    try:
+        return {int(code): int(count) for code, count in (counts or {}).items()}
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        raise BaselineError("baseline xid_counts must map Xid codes to counts (integers): give the snapshot of a gpu_validate run") from None
+
+
 def _looks_like_facts(value):
     return isinstance(value, dict) and ("gpus" in value or "driver" in value) and "snapshot_version" not in value
 
@@ -109,11 +117,17 @@ def _normalize(baseline):
         raise BaselineError(f"baseline must be a dict, not {type(baseline).__name__}")
     if "snapshot_version" in baseline:
         found = dict(baseline)
-        found["xid_counts"] = {int(k): int(v) for k, v in (found.get("xid_counts") or {}).items()}
+        found["xid_counts"] = _snapshot_xid_counts(found.get("xid_counts"))
         return found
     if isinstance(baseline.get("snapshot"), dict):
+        if not baseline["snapshot"]:
+            # A gpu_validate result whose snapshot is empty is a damaged baseline, not "no baseline": nothing would be compared.
+            raise BaselineError("baseline.snapshot is empty: give the whole result of a gpu_validate run (its snapshot holds the node's state)")
         found = _normalize(baseline["snapshot"])
-        busbw = (baseline.get("measurements") or {}).get("busbw_gbps")
+        measurements = baseline.get("measurements") or {}
+        if not isinstance(measurements, dict):
+            raise BaselineError(f"baseline.measurements is a {type(measurements).__name__}, not a dict: give the result of a gpu_validate run")
+        busbw = measurements.get("busbw_gbps")
         if busbw is not None:
             found["busbw_gbps"] = busbw
         return found

@@ -211,6 +211,9 @@ def test_a_verified_certificate_lets_nvfwupd_run(tmp_path, bmc):
     # the role reached nvfwupd (which is not installed here: that is where it stops)
     name, result = failed_task(tasks)
     assert name == NVFWUPD_TASK and "nvfwupd_path" in result["msg"], result
+    # the module checks the certificate itself too (nvfwupd does not), with the role's CA
+    bmc = result["invocation"]["module_args"]["bmc"]
+    assert (bmc["validate_certs"], bmc["ca_path"]) == (True, str(right_ca))
     assert PASSWORD not in proc.stdout + proc.stderr
 
 

@@ -379,6 +379,28 @@ def test_lock_held_with_a_lock_file_of_any_content_names_no_holder(tmp_path, con
                 pass
 
 
+@pytest.mark.parametrize("pid", [0, -1, True, "1", 1.0], ids=["zero", "negative", "bool", "string", "float"])
+def test_a_recorded_pid_that_is_no_process_id_names_no_holder(tmp_path, pid):
+    """kill(0, 0) and kill(-1, 0) succeed (a process group, every process): such a pid is no holder, nor is one of another type."""
+    lock = tmp_path / "gpufleet.fact.lock"
+    lock.write_text(json.dumps({"pid": pid, "host": "node-1", "purpose": "test", "since": "2026-01-01T00:00:00Z"}))
+    with open(lock) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(_state.LockTimeout, match=r"another gpufleet task holds it \(holder not recorded\)"):
+            with _state.locked(str(lock), timeout=0.1):
+                pass
+
+
+def test_a_recorded_live_holder_is_named(tmp_path):
+    lock = tmp_path / "gpufleet.fact.lock"
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": "node-1", "purpose": "a test", "since": "2026-01-01T00:00:00Z"}))
+    with open(lock) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(_state.LockTimeout, match=rf"holds it \(pid {os.getpid()} on node-1, a test, since 2026-01-01T00:00:00Z\)"):
+            with _state.locked(str(lock), timeout=0.1):
+                pass
+
+
 def test_lock_file_replaced_while_waiting_is_locked_again(tmp_path):
     """A waiter that gets the lock on a file someone removed meanwhile takes it again on the file now there."""
     lock = tmp_path / "x.lock"

@@ -4,17 +4,23 @@ disabled again on every exit path, the -j Error Code judged (nvfwupd exits 0 whe
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import pathlib
+import socket
+import ssl
 import stat
+import threading
 
 import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _tools
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import force_update_record
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import bmc_certificate, force_update_record
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware import nvfwupd as manager
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._state import load
 from ansible_collections.gpufleet.lifecycle.plugins.modules import nvfwupd
+
+from tests.gpusim.bmc.cert import make_self_signed
 
 PASSWORD = "S3cret-BMC-pw"  # noqa: S105 - a test secret, that must appear nowhere
 SCRIPT = "/opt/nvfwupd/nvfwupd.py"
@@ -106,6 +112,14 @@ def env(tmp_path, commands, monkeypatch):
         return inner(module, mapped, **kwargs)
 
     monkeypatch.setattr(_tools, "run_process", run_command)
+    # No BMC here: the certificate check is recorded, not made (the tests with a TLS server below make it for real).
+    certificate_checks = []
+
+    def check_certificate(address, port, ca_path=None, timeout=None):
+        certificate_checks.append({"bmc": f"{address}:{port}", "ca_path": ca_path, "timeout": timeout, "config_written": folder.exists()})
+        return 200
+
+    monkeypatch.setattr(bmc_certificate, "check", check_certificate)
     real_isfile, real_access = os.path.isfile, os.access
     monkeypatch.setattr(manager.os.path, "isfile", lambda p: p == SCRIPT or real_isfile(p))
     monkeypatch.setattr(manager.os, "access", lambda p, m: p == PYTHON or real_access(p, m))
@@ -123,6 +137,7 @@ def env(tmp_path, commands, monkeypatch):
         "records": records,
         "ansible_tmp": str(folder.parent),
         "package_reads": package_reads,
+        "certificate_checks": certificate_checks,
     }
 
 
@@ -630,3 +645,106 @@ def test_the_record_is_written_before_force_update_enable(commands, env, run_mod
     assert at_enable[0]["rollout_id"] == "r1" and PASSWORD not in json.dumps(at_enable)
     assert list(env["records"].iterdir()) == []
     assert result["state_record"]["force_update"]["enabled"] is True and result["state_record"]["force_update"]["disabled_after"] is True
+
+
+# --- the BMC's certificate, checked before nvfwupd (which checks none) gets the password ----------------------------
+
+REAL_CERTIFICATE_CHECK = bmc_certificate.check
+
+
+class _ServiceRoot(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # http.server calls it by this name
+        self.server.requests.append((self.path, dict(self.headers)))
+        body = b'{"RedfishVersion": "1.15.0"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args):
+        pass
+
+
+@pytest.fixture
+def tls_bmc(tmp_path, monkeypatch):
+    """A Redfish service root over TLS on 127.0.0.1 (its own CA), the real certificate check in place of env's record."""
+    monkeypatch.setattr(bmc_certificate, "check", REAL_CERTIFICATE_CHECK)
+    (tmp_path / "bmc").mkdir()
+    cert, key = tmp_path / "bmc" / "cert.pem", tmp_path / "bmc" / "key.pem"
+    make_self_signed(cert, key, ["127.0.0.1"], ["localhost"], "test BMC")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ServiceRoot)
+    server.requests = []
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield {"port": server.server_address[1], "ca": str(cert), "requests": server.requests}
+    server.shutdown()
+    server.server_close()
+
+
+def tls_args(env, tls_bmc, **bmc):
+    return args(env, bmc={"address": "127.0.0.1", "port": tls_bmc["port"], "user": "admin", "password": PASSWORD, **bmc})
+
+
+def test_a_bmc_certificate_the_ca_does_not_verify_runs_nothing_and_writes_no_config(commands, env, run_module, tls_bmc, tmp_path, monkeypatch):
+    (tmp_path / "other").mkdir()
+    make_self_signed(tmp_path / "other" / "cert.pem", tmp_path / "other" / "key.pem", ["127.0.0.1"], [], "another CA")
+    written = []
+    real_private_config = manager.private_config
+    monkeypatch.setattr(manager, "private_config", lambda *a, **k: written.append(a) or real_private_config(*a, **k))
+    for ca_path in (str(tmp_path / "other" / "cert.pem"), None):  # the wrong CA, and none (the system's CAs)
+        result = run_module(nvfwupd.main, tls_args(env, tls_bmc, ca_path=ca_path))
+        assert result["failed"], result
+        assert f"TLS certificate of the BMC at 127.0.0.1:{tls_bmc['port']} could not be verified" in result["msg"]
+        assert "nvfwupd was not run" in result["msg"] and "bmc.ca_path" in result["msg"] and "gpufleet_bmc_ca_path" in result["msg"]
+        assert PASSWORD not in json.dumps(result)
+    assert commands.calls == [] and written == [] and env["seen"] == [] and not env["folder"].exists()
+    assert tls_bmc["requests"] == []  # the handshake failed: nothing, no password either, reached the server
+
+
+def test_a_bmc_certificate_the_ca_verifies_lets_nvfwupd_run(commands, env, run_module, tls_bmc):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    result = run_module(nvfwupd.main, tls_args(env, tls_bmc, ca_path=tls_bmc["ca"]), check_mode=True)
+    assert not result.get("failed"), result
+    assert [c["argv"][4] for c in commands.calls] == ["show_version", "force_update"]
+    # one GET of the service root, without credentials
+    assert [path for path, _headers in tls_bmc["requests"]] == ["/redfish/v1/"]
+    assert not any(name.lower() == "authorization" for name in tls_bmc["requests"][0][1])
+
+
+def test_validate_certs_false_skips_the_check_with_a_warning(commands, env, run_module, tls_bmc, monkeypatch):
+    warned = []
+    monkeypatch.setattr(nvfwupd.AnsibleModule, "warn", lambda self, text: warned.append(text))
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    result = run_module(nvfwupd.main, tls_args(env, tls_bmc, validate_certs=False), check_mode=True)
+    assert not result.get("failed"), result
+    assert len(commands.calls) == 2 and tls_bmc["requests"] == []
+    assert len(warned) == 1 and f"127.0.0.1:{tls_bmc['port']} is not checked" in warned[0] and "password" in warned[0]
+    assert PASSWORD not in warned[0]
+
+
+def test_the_certificate_is_checked_before_the_config_file_is_written(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    run_module(nvfwupd.main, args(env, bmc={"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "ca_path": "/etc/bmc-ca.pem"}),
+               check_mode=True)
+    assert env["certificate_checks"] == [{"bmc": "10.0.0.1:443", "ca_path": "/etc/bmc-ca.pem", "timeout": 30, "config_written": False}]
+
+
+def test_a_bmc_that_cannot_be_reached_runs_nothing(commands, env, run_module, monkeypatch):
+    monkeypatch.setattr(bmc_certificate, "check", REAL_CERTIFICATE_CHECK)
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, not listening: the connection is refused
+        result = run_module(nvfwupd.main, args(env, bmc={"address": "127.0.0.1", "port": port, "user": "admin", "password": PASSWORD}))
+    assert result["failed"] and f"127.0.0.1:{port} could not be reached" in result["msg"] and "nvfwupd was not run" in result["msg"]
+    assert commands.calls == [] and not env["folder"].exists()
+
+
+def test_an_unreadable_ca_path_names_the_option(commands, env, run_module, monkeypatch, tmp_path):
+    monkeypatch.setattr(bmc_certificate, "check", REAL_CERTIFICATE_CHECK)
+    result = run_module(nvfwupd.main, args(env, bmc={"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "ca_path": str(tmp_path / "none.pem")}))
+    assert result["failed"] and result["msg"].startswith(f"bmc.ca_path {tmp_path / 'none.pem'} could not be read as a CA bundle")
+    assert commands.calls == [] and not env["folder"].exists()

@@ -53,7 +53,7 @@ def test_a_password_given_in_bmc_is_logged_nowhere(log, capsys, monkeypatch, pas
         assert form not in logged, form
         assert form not in out, form
     assert "bmc_password=NOT_LOGGING_PARAMETER" in logged
-    assert Updater.seen[-1] == dict(BMC, password=password, port=443, servertype="HGX")  # what _firmware reads
+    assert Updater.seen[-1] == dict(BMC, password=password, port=443, servertype="HGX", validate_certs=True, ca_path=None)  # what _firmware reads
     result = json.loads(out[out.index("{") :])
     assert result["invocation"]["module_args"]["bmc"]["address"] == "10.0.0.1"
 
