@@ -115,7 +115,9 @@ options:
     type: bool
     default: true
   rollout_id:
-    description: The rollout this change belongs to, written into the history entry. One line of at most 128 printable characters.
+    description:
+      - The rollout this change belongs to, written into the history entry.
+      - Letters, digits, C(.), C(_) and C(-), 1 to 64 (the rule of every module that takes a rollout id).
     type: str
 notes:
   - Every option is checked and every image's sha256 verified before the first command runs; a bad value fails with a message

@@ -47,6 +47,10 @@ def fleet(tmp_path_factory, real_nvfwupd):
     runfiles = write_runfiles(base / "runfiles", (OLD, NEW))
     package = artifacts.write_fwpkg(base / "firmware", BUNDLE_NEW,
                                     components={"HMC": BUNDLE_NEW, "GPU_SXM": VBIOS_NEW, "CPLD": CPLD_NEW})
+    # What a rollback would flash back (never, in this happy path): the preflight refuses a rollout whose flash could not
+    # be rolled back. The nodes' state files record no firmware version yet, so the package is named outright.
+    old_package = artifacts.write_fwpkg(base / "firmware", BUNDLE_OLD)
+    old = {"package": str(old_package), "checksum": "sha256:" + artifacts.sha256_file(old_package)}
     with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
         fleet = RolloutFleet(workdir, runfiles)
         fleet.secret = json.loads((workdir / "bmc" / "credentials.json").read_text())["password"]
@@ -61,6 +65,8 @@ def fleet(tmp_path_factory, real_nvfwupd):
             "gpu_firmware_nvfwupd_interpreter": str(opennvfwupd.python()),
             "gpu_firmware_poll_interval": 1, "gpu_firmware_timeout": 120, "gpu_firmware_bmc_reset_wait": 30,
             "gpu_firmware_reboot_timeout": 120,
+            "gpu_firmware_packages": {BUNDLE_OLD: old},
+            "gpu_firmware_rollback_package": old["package"], "gpu_firmware_rollback_checksum": old["checksum"],
         }
         yield fleet
 

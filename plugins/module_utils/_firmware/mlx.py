@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import ArtifactError, parse_checksum, private_copy
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx as parse
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.ids import rollout_id_problem
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
     CommandCounter,
     Flint,
@@ -45,7 +46,6 @@ _PCI = re.compile(r"(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _MST = re.compile(r"/dev/mst/[A-Za-z0-9_.:-]{1,64}")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,254}")
 _VERSION = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,6}){1,3}")
-_ROLLOUT_ID = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,127}")
 
 
 class MlxFwError(GpufleetError):
@@ -112,8 +112,9 @@ def check_options(params):
     except ToolError as exc:
         raise MlxFwError(exc.msg) from exc
     rollout_id = params.get("rollout_id")
-    if rollout_id is not None and _ROLLOUT_ID.fullmatch(rollout_id) is None:
-        raise MlxFwError(f"rollout_id must be one line of 1 to 128 printable characters, got {rollout_id!r}")
+    problem = rollout_id_problem(rollout_id, "rollout_id", required=False)  # the rule of every module that takes one
+    if problem:
+        raise MlxFwError(problem)
     state_file = params.get("state_file")
     if not state_file or not os.path.isabs(state_file):
         raise MlxFwError(f"state_file must be an absolute path, got {state_file!r}")

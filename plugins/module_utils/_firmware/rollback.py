@@ -109,3 +109,51 @@ def rollback_target(state, packages=None, package="", checksum=""):
             f"own file is never flashed. {NOTHING_CHANGED}"
         )}
     return {"version": version, "source": PACKAGES, **known[version]}
+
+
+NODES_SHOWN = 3
+
+
+def _nodes(names):
+    shown = ", ".join(names[:NODES_SHOWN])
+    return shown + (f" and {len(names) - NODES_SHOWN} more" if len(names) > NODES_SHOWN else "")
+
+
+def preflight_problem(nodes):
+    """'' when every node whose GPU firmware a rollout changes could be rolled back; else the refusal, before any flash.
+
+    ``nodes``: one ``{node, version, packages, package, checksum}`` per such node: ``version`` the firmware package
+    version it runs now (the gpu_firmware plan's ``gpu_firmware_before.bundle``, the last known good one of its state
+    file), which a rollback of this rollout's flash goes back to; the others its ``gpu_firmware_packages``,
+    ``gpu_firmware_rollback_package`` and ``gpu_firmware_rollback_checksum``. A malformed entry raises RollbackError.
+    """
+    unlisted, unknown = {}, []
+    for node in nodes or []:
+        name = str(node.get("node"))
+        known = check_packages(node.get("packages"))
+        package, checksum = node.get("package") or "", node.get("checksum") or ""
+        if package or checksum:
+            _check_entry(f"{name}: gpu_firmware_rollback_package / gpu_firmware_rollback_checksum", {"package": package, "checksum": checksum})
+            continue
+        version = node.get("version")
+        if version is None or version == "":
+            unknown.append(name)
+        elif not isinstance(version, str) or version not in known:
+            unlisted.setdefault(_shown(version) if not isinstance(version, str) or _CONTROL.search(version) else version, []).append(name)
+    problems = [
+        f"{_nodes(names)} run{'s' if len(names) == 1 else ''} GPU firmware {version}, which {PACKAGES} on the controller lacks: add "
+        f"{version!r}: {{package: <its .fwpkg on gpu_firmware_delegate_to>, checksum: sha256:<hex>}} to {PACKAGES} (or set "
+        f"gpu_firmware_rollback_package and gpu_firmware_rollback_checksum)"
+        for version, names in sorted(unlisted.items())
+    ]
+    if unknown:
+        problems.append(
+            f"the node state file of {_nodes(unknown)} records no GPU firmware version (no flash through gpufleet finished there yet): "
+            f"set gpu_firmware_rollback_package and gpu_firmware_rollback_checksum to the package {'it runs' if len(unknown) == 1 else 'they run'} now"
+        )
+    if not problems:
+        return ""
+    return (
+        "a node that fails after its GPU firmware flash could not be rolled back, since a rollback flashes only a package the "
+        "controller lists for the version the node ran before: " + "; ".join(problems)
+    )

@@ -387,7 +387,8 @@ def test_downgrade_needs_allow_downgrade(tmp_path, commands, monkeypatch, run_mo
         ({"devices": ["eth0"]}, "devices: 'eth0' is neither a PCI address"),
         ({"devices": ["0000:17:00.0\n"]}, "is neither a PCI address"),
         ({"timeout": 0}, "timeout must be a whole number of seconds"),
-        ({"rollout_id": "two\nlines"}, "rollout_id must be one line"),
+        ({"rollout_id": "two\nlines"}, "rollout_id 'two\\nlines' may hold only letters, digits, '.', '_' and '-' (1 to 64)"),
+        ({"rollout_id": "two words"}, "rollout_id 'two words' may hold only letters"),
         ({"state_file": "facts.json"}, "state_file must be an absolute path"),
     ],
 )

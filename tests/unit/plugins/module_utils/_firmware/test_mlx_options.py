@@ -68,12 +68,21 @@ def test_device_names_refused(device):
         ({"reset": "warm"}, "reset must be one of none, mlxfwreset, reboot"),
         ({"unmatched": "ignore"}, "unmatched must be one of fail, skip"),
         ({"timeout": True}, "timeout must be a whole number"),
-        ({"rollout_id": "r1\n"}, "rollout_id must be one line"),
+        # the rule and message of every module that takes a rollout id (_rollout/ids.py)
+        ({"rollout_id": "r1\n"}, r"rollout_id 'r1\\n' may hold only letters, digits, '\.', '_' and '-' \(1 to 64\)"),
+        ({"rollout_id": "r 1"}, r"rollout_id 'r 1' may hold only letters"),
+        ({"rollout_id": "r:1"}, r"rollout_id 'r:1' may hold only letters"),
+        ({"rollout_id": "r" * 65}, "rollout_id 'r{65}' may hold only letters"),
+        ({"rollout_id": "r" * 129}, "rollout_id of 129 characters may hold only letters"),
+        ({"rollout_id": "r" * 64}, None),
+        ({"rollout_id": "r-2026.12_05"}, None),
     ],
 )
 def test_bad_options_name_the_option(changes, message):
     if message is None:
-        assert options(**changes)["images"][0]["checksum"] == "a" * 64
+        got = options(**changes)
+        assert got["images"][0]["checksum"] == "a" * 64
+        assert got["rollout_id"] == changes.get("rollout_id")
         return
     with pytest.raises(GpufleetError, match=message):  # MlxFwError, or _artifact's ArtifactError for a checksum
         options(**changes)

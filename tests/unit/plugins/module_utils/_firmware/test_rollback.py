@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.filter.firmware import gpu_firmware_rollback_target
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware.rollback import RollbackError, rollback_target
+from ansible_collections.gpufleet.lifecycle.plugins.filter.firmware import gpu_firmware_rollback_problem, gpu_firmware_rollback_target
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware.rollback import RollbackError, preflight_problem, rollback_target
 
 SUM_OLD = "sha256:" + "a" * 64
 SUM_NEW = "sha256:" + "b" * 64
@@ -100,3 +102,63 @@ def test_the_controllers_bad_variables_fail_naming_the_field(packages, package, 
 
 def test_the_filter_returns_what_the_function_does():
     assert gpu_firmware_rollback_target(state(), PACKAGES) == rollback_target(state(), PACKAGES)
+
+
+# -- the rollout's preflight: a node whose GPU firmware it changes must be one a rollback could flash back ----------------
+
+def node(name="gpu-01", version="HGX-22.10-1", packages=None, package="", checksum=""):
+    return {"node": name, "version": version, "packages": PACKAGES if packages is None else packages, "package": package, "checksum": checksum}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "words"),
+    [
+        ([], None),
+        ([node(), node("gpu-02")], None),  # the version they run now is listed
+        ([node(version="HGX-21.01-0", package="/srv/firmware/old.fwpkg", checksum=SUM_OLD)], None),  # the operator's package wins
+        ([node(version=None, package="/srv/firmware/old.fwpkg", checksum=SUM_OLD)], None),
+        ([node(version="HGX-21.01-0")],
+         "gpu-01 runs GPU firmware HGX-21.01-0, which gpu_firmware_packages on the controller lacks: add 'HGX-21.01-0': "
+         "{package: <its .fwpkg on gpu_firmware_delegate_to>, checksum: sha256:<hex>} to gpu_firmware_packages (or set "
+         "gpu_firmware_rollback_package and gpu_firmware_rollback_checksum)"),
+        ([node(version="HGX-21.01-0", packages={})], "gpu-01 runs GPU firmware HGX-21.01-0, which gpu_firmware_packages"),
+        ([node(f"gpu-{i:02}", version="HGX-21.01-0") for i in range(1, 7)],
+         "gpu-01, gpu-02, gpu-03 and 3 more run GPU firmware HGX-21.01-0"),
+        ([node(version=None), node("gpu-02", version="")],
+         "the node state file of gpu-01, gpu-02 records no GPU firmware version (no flash through gpufleet finished there yet): "
+         "set gpu_firmware_rollback_package and gpu_firmware_rollback_checksum to the package they run now"),
+        ([node(), node("gpu-02", version="HGX-21.01-0"), node("gpu-03", version=None)],
+         "gpu-02 runs GPU firmware HGX-21.01-0, which gpu_firmware_packages on the controller lacks"),
+        ([node(version="HGX\n1")], r"gpu-01 runs GPU firmware 'HGX\n1', which"),  # a node-written value, shown on one line
+    ],
+    ids=["none", "listed", "rollback-package", "rollback-package-no-version", "unlisted", "no-packages", "many-nodes",
+         "no-version", "mixed", "control-characters"],
+)
+def test_preflight_refuses_a_node_whose_gpu_firmware_could_not_be_rolled_back(nodes, words):
+    problem = preflight_problem(nodes)
+    if words is None:
+        assert problem == ""
+        return
+    assert problem.startswith("a node that fails after its GPU firmware flash could not be rolled back")
+    assert words in problem
+    assert "gpu-01" not in problem or nodes[0]["version"] != "HGX-22.10-1"  # a node that could be rolled back is not named
+
+
+@pytest.mark.parametrize(
+    ("nodes", "words"),
+    [
+        ([node(packages={"HGX-22.10-1": {"package": "fw.fwpkg", "checksum": SUM_OLD}})], "gpu_firmware_packages['HGX-22.10-1'].package must be"),
+        ([node(package="/srv/firmware/old.fwpkg")], "gpu-01: gpu_firmware_rollback_package / gpu_firmware_rollback_checksum.checksum must be"),
+        ([node(packages=["HGX-22.10-1"])], "gpu_firmware_packages must be a mapping"),
+    ],
+)
+def test_preflight_refuses_malformed_rollback_variables(nodes, words):
+    with pytest.raises(RollbackError, match=re.escape(words)):
+        preflight_problem(nodes)
+    with pytest.raises(AnsibleFilterError, match="gpufleet.lifecycle.gpu_firmware_rollback_problem: " + re.escape(words)):
+        gpu_firmware_rollback_problem(nodes)
+
+
+def test_the_filter_refuses_input_that_is_not_a_list_of_nodes():
+    with pytest.raises(AnsibleFilterError, match="must be a list of"):
+        gpu_firmware_rollback_problem({"node": "gpu-01"})
