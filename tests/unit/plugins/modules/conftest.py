@@ -153,3 +153,28 @@ def replaced(monkeypatch):
 
     monkeypatch.setattr(files.os, "replace", recording_replace)
     return names
+
+
+class Sink:
+    """What the module sends to syslog (syslog.syslog) or the journal (journal.send), as they would get it."""
+
+    def __init__(self):
+        self.lines = []
+
+    def syslog(self, *args):
+        self.lines.append(str(args[-1]))
+
+    def send(self, **fields):
+        self.lines.extend(f"{key}={value}" for key, value in fields.items())
+
+
+@pytest.fixture(params=["syslog", "journal"])
+def log(request, monkeypatch):
+    """The real AnsibleModule's log sinks (syslog.syslog, journal.send) replaced by a Sink, nothing above them: its
+    "Invoked with" line as syslog and the journal would get it."""
+    sink = Sink()
+    monkeypatch.setattr(basic.syslog, "openlog", lambda *args, **kwargs: None)
+    monkeypatch.setattr(basic.syslog, "syslog", sink.syslog)
+    monkeypatch.setattr(basic, "has_journal", request.param == "journal")
+    monkeypatch.setattr(basic, "journal", sink, raising=False)
+    return sink

@@ -9,22 +9,9 @@ import json
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.parameters import remove_values
+from ansible.module_utils.testing import patch_module_args  # the collection needs ansible-core >= 2.19
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._redfish import inventory, secrets
 from ansible_collections.gpufleet.lifecycle.plugins.modules import bmc_inventory
-
-try:  # ansible-core >= 2.19
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core 2.17 - 2.18
-    import contextlib
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        original, basic._ANSIBLE_ARGS = basic._ANSIBLE_ARGS, json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
-        try:
-            yield
-        finally:
-            basic._ANSIBLE_ARGS = original
-
 
 # Each holds what Python's repr and JSON escape: a backslash, a tab, both quotes, a newline (and one of each alone).
 PASSWORDS = ["a\\b\t'c\"d\ne-ü", "back\\slash", "tab\there", "quote's", 'dq"uote', "new\nline", "both'\"q"]
@@ -32,29 +19,6 @@ PASSWORDS = ["a\\b\t'c\"d\ne-ü", "back\\slash", "tab\there", "quote's", 'dq"uot
 
 def forms(password):
     return {password, repr(password)[1:-1], json.dumps(password)[1:-1], json.dumps(repr(password)[1:-1])[1:-1]}
-
-
-class Sink:
-    """What the module sends to syslog (syslog.syslog) or the journal (journal.send), as they would get it."""
-
-    def __init__(self):
-        self.lines = []
-
-    def syslog(self, *args):
-        self.lines.append(str(args[-1]))
-
-    def send(self, **fields):
-        self.lines.extend(f"{key}={value}" for key, value in fields.items())
-
-
-@pytest.fixture(params=["syslog", "journal"])
-def log(request, monkeypatch):
-    sink = Sink()
-    monkeypatch.setattr(basic.syslog, "openlog", lambda *args, **kwargs: None)
-    monkeypatch.setattr(basic.syslog, "syslog", sink.syslog)
-    monkeypatch.setattr(basic, "has_journal", request.param == "journal")
-    monkeypatch.setattr(basic, "journal", sink, raising=False)
-    return sink
 
 
 def bmcs(passwords):

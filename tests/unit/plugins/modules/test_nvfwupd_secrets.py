@@ -9,22 +9,12 @@ import json
 from typing import ClassVar
 
 import pytest
-from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.lifecycle.plugins.action.nvfwupd import with_top_level_password
 from ansible_collections.gpufleet.lifecycle.plugins.modules import nvfwupd
-from test_bmc_inventory_secrets import PASSWORDS, Sink, forms, patch_module_args
+from test_bmc_inventory_secrets import PASSWORDS, forms
 
 BMC = {"address": "10.0.0.1", "user": "admin"}
-
-
-@pytest.fixture(params=["syslog", "journal"])
-def log(request, monkeypatch):
-    sink = Sink()
-    monkeypatch.setattr(basic.syslog, "openlog", lambda *args, **kwargs: None)
-    monkeypatch.setattr(basic.syslog, "syslog", sink.syslog)
-    monkeypatch.setattr(basic, "has_journal", request.param == "journal")
-    monkeypatch.setattr(basic, "journal", sink, raising=False)
-    return sink
 
 
 class Updater:

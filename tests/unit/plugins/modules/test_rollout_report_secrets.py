@@ -10,11 +10,11 @@ import json
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.parameters import _return_datastructure_name, remove_values
+from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report import rollout_records
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import credentials_in, no_log_leaves, settle_no_log_values
 from ansible_collections.gpufleet.lifecycle.plugins.modules import rollout_report
 from ansible_collections.gpufleet.lifecycle.tests.browser.rollout_sample import sample_rollout
-from test_bmc_inventory_secrets import Sink, patch_module_args
 
 RID = "r-1a2b3c4d5e"
 PASSWORD = "hunter2-Zq9"  # noqa: S105 - the secret the test hunts for
@@ -95,16 +95,6 @@ def hunted():
     """The secret parts: none may appear, in any form repr or JSON writes them."""
     parts = (PASSWORD, SIGNATURE, ODD_PASSWORD, SAS_SIG, TOKEN, ODD_SECRET)
     return {form for part in parts for form in (part, repr(part)[1:-1], json.dumps(part)[1:-1], json.dumps(repr(part)[1:-1])[1:-1])}
-
-
-@pytest.fixture(params=["syslog", "journal"])
-def log(request, monkeypatch):
-    sink = Sink()
-    monkeypatch.setattr(basic.syslog, "openlog", lambda *args, **kwargs: None)
-    monkeypatch.setattr(basic.syslog, "syslog", sink.syslog)
-    monkeypatch.setattr(basic, "has_journal", request.param == "journal")
-    monkeypatch.setattr(basic, "journal", sink, raising=False)
-    return sink
 
 
 def secret_args(tmp_path, **extra):
