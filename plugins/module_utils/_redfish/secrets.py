@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 
 from ansible.module_utils.common.parameters import remove_values
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._no_log import masked_forms, no_log_leaves
 
 MASKED = "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"  # what ansible-core puts in place of a no_log option's value
 
 
 def forms(password):
     """The password as text can hold it: as given, and as Python's ``repr`` writes it (a message quoting with ``!r``)."""
-    return {form for form in (password, repr(password)[1:-1]) if form}
+    return masked_forms([password])
 
 
 def mask_own(result, password):
@@ -86,19 +87,6 @@ def invocation(params, secrets):
     return secrets.mask(args)
 
 
-def leaves(value):
-    """The strings ansible-core registers as ``no_log`` values for a ``no_log`` option holding ``value``."""
-    if isinstance(value, str):
-        return [value] if value else []
-    if isinstance(value, dict):
-        return [leaf for item in value.values() for leaf in leaves(item)]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in leaves(item)]
-    if value is None or isinstance(value, bool):
-        return []
-    return [str(value)]
-
-
 def masked(params, result):
     """bmc_inventory's ``result`` with every password masked: the inventories were masked BMC by BMC (:func:`mask_own`,
     in ``run``), the rest (the summary, a message) is masked here with every password."""
@@ -114,7 +102,7 @@ def finish(module, result):
     """
     result = masked(module.params, result)
     result["invocation"] = {"module_args": invocation(module.params, Secrets(passwords_of(module.params)))}
-    module.no_log_values.difference_update(leaves(module.params.get("bmcs")))
+    module.no_log_values.difference_update(no_log_leaves(module.params.get("bmcs")))
     if result.pop("failed", False):
         module.fail_json(**result)
     module.exit_json(**result)

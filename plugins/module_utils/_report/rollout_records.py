@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact import redact_url, secret_in_url, sub_urls
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._no_log import masked_forms, no_log_leaves
 
 PHASES = ("preflight", "admission", "drain", "nic_firmware", "gpu_firmware", "driver", "activate", "validate", "resume", "soak", "rollback")
 PHASE_STATUSES = ("started", "ok", "failed", "skipped")
@@ -296,35 +297,6 @@ def credentials_in(value):
 # line (syslog, the journal) shows NOT_LOGGING_PARAMETER for them. It is written before main() can look at them, and
 # it masks only the user:password@ form itself: a signed query or an escaped character reaches it in clear otherwise.
 NOT_LOGGED = ("dest", "rollout_id", "records", "plan", "summary_extra", "title", "generated_at")
-
-
-def no_log_leaves(value):
-    """The strings AnsibleModule registers as ``no_log`` values for an option holding ``value``: every string and number
-    at any depth, not the keys of a mapping (ansible-core's ``_return_datastructure_name``). A loop, not recursion."""
-    leaves, stack = [], [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (str, bytes)):
-            if item:
-                leaves.append(item if isinstance(item, str) else item.decode("utf-8", "surrogateescape"))
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif item is None or isinstance(item, bool):
-            continue
-        elif isinstance(item, (int, float)):
-            leaves.append(str(item))
-        else:
-            try:
-                stack.extend(item)
-            except TypeError:
-                continue
-    return leaves
-
-
-def masked_forms(values):
-    """``values`` as a message can hold them: as given, and as Python's ``repr`` writes them (an error quoting with ``!r``
-    doubles a backslash)."""
-    return {form for value in values if value for form in (value, repr(value)[1:-1]) if form}
 
 
 def settle_no_log_values(no_log_values, params):
