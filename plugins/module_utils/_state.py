@@ -52,7 +52,9 @@ whole ``version`` (``_version.is_driver_version`` for the driver and the fabric 
 ``rollout`` an object whose ``id``, ``phase`` and ``updated_at`` are strings or null (and, as the
 rollout_state module writes them: ``owner`` a string, ``acquired_at`` / ``heartbeat_at`` epoch seconds,
 ``wave`` a whole number, ``status`` one of ROLLOUT_STATUSES, ``result`` one of ROLLOUT_RESULTS, all or
-null, and ``phases`` a list of ``{"name", "start", "end", "status", "detail"}``); ``history`` a
+null, ``phases`` a list of ``{"name", "start", "end", "status", "detail"}``, ``detail`` a string, ``before`` an object
+(the versions before the rollout changed the node) and ``rollback`` ``{"decided_by", "reason", "result"}`` with
+``result`` one of ROLLBACK_RESULTS, or null); ``history`` a
 list of objects whose known keys have the types ``append_history`` writes. Unknown keys are kept.
 ``save`` refuses (and writes nothing) a document that ``load`` would refuse.
 """
@@ -101,6 +103,8 @@ _HISTORY_OPTIONAL_STRINGS = ("before", "after", "rollout_id")
 ROLLOUT_STATUSES = ("running", "done", "released")
 ROLLOUT_RESULTS = ("upgraded", "unchanged", "rolled_back", "failed_drained", "skipped")
 PHASE_STATUSES = ("started", "ok", "failed", "skipped")
+# How a rollback ended (rollout.rollback.result): validated (the node resumed) or failed (left drained).
+ROLLBACK_RESULTS = ("validated", "failed")
 
 
 class StateFileError(GpufleetError):
@@ -276,6 +280,19 @@ def _check_rollout_lock(rollout):
         if phase.get("status") not in PHASE_STATUSES:
             raise _Invalid(f"{where}.status", f"is {phase.get('status')!r}, expected one of {', '.join(PHASE_STATUSES)}")
         _optional_string(phase.get("detail"), f"{where}.detail")
+    _optional_string(rollout.get("detail"), "rollout.detail")
+    before = rollout.get("before")
+    if before is not None and not isinstance(before, dict):
+        raise _Invalid("rollout.before", f"must be an object of component versions or null, not {_describe(before)}")
+    rollback = rollout.get("rollback")
+    if rollback is not None:
+        if not isinstance(rollback, dict):
+            raise _Invalid("rollout.rollback", f"must be an object (decided_by, reason, result) or null, not {_describe(rollback)}")
+        for key in ("decided_by", "reason"):
+            if not isinstance(rollback.get(key), str):
+                raise _Invalid(f"rollout.rollback.{key}", f"must be a string, not {_describe(rollback.get(key))}")
+        if rollback.get("result") not in ROLLBACK_RESULTS:
+            raise _Invalid("rollout.rollback.result", f"is {rollback.get('result')!r}, expected one of {', '.join(ROLLBACK_RESULTS)}")
 
 
 def _check_shape(data):

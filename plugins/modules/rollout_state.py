@@ -25,8 +25,10 @@ description:
     node another run holds are refused; its O(action=release) leaves the lock as it is.
   - O(action=phase) with O(status=started) opens a phase (its start time); V(ok), V(failed) or V(skipped) closes the open phase of that name
     (end time, status, O(detail)). Both refresh the heartbeat. Needs the node to be held by this rollout.
-  - O(action=finish) records the O(result) and frees the node; O(action=release) frees it without a result, only when this rollout holds it;
-    O(action=read) returns the section.
+  - O(action=finish) records the O(result) (with its O(detail), and for V(rolled_back) or V(failed_drained) the O(rollback)) and frees
+    the node; O(action=release) frees it without a result, only when this rollout holds it; O(action=read) returns the section.
+  - The node keeps what its record in the rollout's evidence needs, so that a later run (resumed after a killed run, or from another
+    controller) rebuilds the record whole - the phases, the result, the O(rollback) and the versions O(before) the change.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -82,6 +84,18 @@ options:
     description: The node's result with O(action=finish).
     type: str
     choices: [upgraded, unchanged, rolled_back, failed_drained, skipped]
+  rollback:
+    description:
+      - With O(action=finish), the rollback's details - C(decided_by) (the failed phase, or who asked for it), C(reason) (the failed check
+        and why) and C(result) (V(validated) or V(failed)). Required with O(result=rolled_back) (C(result=validated)); allowed with
+        O(result=failed_drained) (C(result=failed)); refused with any other result.
+    type: dict
+  before:
+    description:
+      - The versions the node ran before this rollout changed it (C(driver), C(fabricmanager), C(gpu_firmware) - strings or null -
+        and C(nic_firmware), a mapping of PSID to version), with O(action=acquire), V(phase) or V(finish).
+      - Kept from the first write of the rollout that gives it - a resumed run reads a node it may have changed already.
+    type: dict
   wave:
     description: The node's wave (V(0) is the canary); recorded with O(action=acquire) and O(action=phase).
     type: int
@@ -170,6 +184,15 @@ rollout:
       description: The phases, each C(name), C(start), C(end) (epoch seconds; C(end) V(null) while open), C(status) and C(detail).
       type: list
       elements: dict
+    detail:
+      description: The O(detail) of the finish (why a node was skipped, why it was rolled back).
+      type: str
+    before:
+      description: The versions before the change (O(before)); V(null) when none was recorded.
+      type: dict
+    rollback:
+      description: The rollback's details (O(rollback)); V(null) when the node was not rolled back.
+      type: dict
   sample:
     id: r-3f2a9c01de
     run: 7c1e0b9a44d2f6a1
@@ -227,6 +250,8 @@ def main():
             detail=dict(type="str"),
             next_phase=dict(type="str"),
             result=dict(type="str", choices=["upgraded", "unchanged", "rolled_back", "failed_drained", "skipped"]),
+            rollback=dict(type="dict"),
+            before=dict(type="dict"),
             wave=dict(type="int"),
             stale_after=dict(type="int", default=DEFAULT_STALE),
             break_stale=dict(type="bool", default=False),

@@ -5,20 +5,25 @@ rollout (another id) over the same nodes refuses before it touches any, naming t
 so does a second run of the same rollout (the same id: another operator, an AWX job). The first rollout's
 ansible-playbook is then killed (SIGKILL) while a wave is in flight; run again at once it is refused as a twin (the
 killed run's heartbeat is fresh), run with a gpufleet_lock_stale_seconds under the lock's age it takes the nodes over,
-resumes and completes; a third run changes nothing. Then a new BOM with the stop switch: the stop file (gpufleet_stop_file) put
-down while the canary is in flight finishes the nodes in flight, starts no new node and says how to resume; with the
-file gone, the same command completes the rollout.
+resumes and completes, and writes every file of evidence with each node's record whole (the canary, finished by the
+killed run, keeps the versions it ran before, from its state file); a third run changes nothing. Then a new BOM with the
+stop switch: the stop file (gpufleet_stop_file) put down while the canary is in flight finishes the nodes in flight,
+starts no new node, says how to resume and writes its evidence; with the file gone, the same command completes the
+rollout, a node whose GPU falls off the bus on the new driver rolled back. Run once more into an empty evidence folder (an
+AWX job's fresh project folder), it changes nothing and writes every record whole from the node state files, the
+rollback's details included (issue 22: it wrote no evidence at all).
 Run:
     .venv/bin/python -m pytest tests/integration/test_rollout_resume.py -m integration -q
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 from fleet import TESTS, fleet_up, needs_fleet
-from rollout_helpers import NEW, OLD, RolloutFleet, recap, write_runfiles
+from rollout_helpers import NEW, OLD, RolloutFleet, recap, report_json, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-resume.yml"
 SHAPE = {"gpufleet_max_unavailable": 2, "gpufleet_waves": [2], "gpufleet_soak_seconds": 2}
@@ -76,9 +81,36 @@ def interrupted(fleet, tmp_path_factory):
     too_soon = fleet.upgrade(out / "too-soon", **SHAPE)  # the killed run's heartbeat is fresh: it could still be alive
     time.sleep(3)
     resumed = fleet.upgrade(report, gpufleet_lock_stale_seconds=2, **SHAPE)  # the operator says: that run is gone
+    resumed_report = evidence(report)
     third = fleet.upgrade(report, **SHAPE)
     return {"id": rollout_id, "canary": canary, "second": second, "twin": twin, "wave_node": wave_node, "killed": killed_states,
-            "too_soon": too_soon, "resumed": resumed, "third": third, "first_log": (out / "first.log").read_text()}
+            "too_soon": too_soon, "resumed": resumed, "third": third, "first_log": (out / "first.log").read_text(),
+            "resumed_report": resumed_report, "third_report": evidence(report)}
+
+
+EVIDENCE = ("rollout-report.json", "rollout-report.md", "rollout-report.html", "rollout-junit.xml")
+
+
+def evidence(report_dir):
+    """What a run left in its evidence folder: the report (None when it wrote none) and each node's JSON file."""
+    if not (report_dir / "rollout-report.json").exists():
+        return {"report": None, "files": [], "nodes": {}}
+    return {"report": report_json(report_dir), "files": sorted(p.name for p in report_dir.iterdir() if p.is_file()),
+            "nodes": {p.stem: json.loads(p.read_text()) for p in (report_dir / "nodes").glob("*.json")}}
+
+
+def assert_evidence_whole(fleet, found, rollout_id, sections=None):
+    """Every file of evidence, a JSON file per node, each node's record with its result and phases from its state file
+    (``sections``: each node's rollout section when the run ended; read now when not given)."""
+    assert found["report"] is not None, "the run wrote no evidence"
+    assert set(EVIDENCE) <= set(found["files"]), found["files"]
+    assert sorted(found["nodes"]) == sorted(fleet.names), sorted(found["nodes"])
+    for name, record in found["nodes"].items():
+        assert record["rollout_id"] == rollout_id, record
+        section = sections[name] if sections else fleet.rollout_section(name)
+        if section.get("id") == rollout_id:
+            assert record["result"] == (section["result"] if section["status"] == "done" else "not_started"), (record, section)
+            assert [p["name"] for p in record["phases"]] == [p["name"] for p in section["phases"]], (record, section)
 
 
 def test_a_second_rollout_refuses_naming_the_owner_and_age(fleet, interrupted):
@@ -127,6 +159,17 @@ def test_run_again_it_completes(fleet, interrupted):
     assert "took over node" in output and "its heartbeat is stale" in output, output[-4000:]
 
 
+def test_the_resumed_run_writes_every_record_whole(fleet, interrupted):
+    """The canary was finished by the killed run, which wrote no evidence: its record comes whole from its state file,
+    with the driver it ran before the rollout (the resumed run reads it on the new one) and after."""
+    for found in (interrupted["resumed_report"], interrupted["third_report"]):
+        assert_evidence_whole(fleet, found, interrupted["id"])
+        canary = found["nodes"][interrupted["canary"]]
+        assert (canary["result"], canary["wave"]) == ("upgraded", 0), canary
+        assert (canary["before"]["driver"], canary["after"]["driver"]) == (OLD, NEW), canary
+        assert {"drain", "driver", "validate", "resume"} <= {p["name"] for p in canary["phases"]}, canary["phases"]
+
+
 def test_a_third_run_changes_nothing(interrupted):
     third = interrupted["third"]
     assert third.returncode == 0, third.stdout[-6000:]
@@ -136,7 +179,8 @@ def test_a_third_run_changes_nothing(interrupted):
 
 @pytest.fixture(scope="module")
 def stopped(fleet, interrupted, tmp_path_factory):
-    """A rollout to NEWER; the stop file is put down once the canary is drained; then removed and the command rerun."""
+    """A rollout to NEWER; the stop file is put down once the canary is drained; then removed and the command rerun, a
+    node not started yet losing a GPU on the new driver (rolled back); then run once more into an empty evidence folder."""
     out = tmp_path_factory.mktemp("stop")
     stop = fleet.workdir / "gpufleet.stop"  # the tests' gpufleet_stop_file (RolloutFleet.extra_vars)
     proc = fleet.start_upgrade(out / "report", out / "stop.log", gpufleet_bom=BOM_NEWER, **SHAPE)
@@ -148,9 +192,18 @@ def stopped(fleet, interrupted, tmp_path_factory):
         if proc.poll() is None:
             fleet.kill(proc)
     stopped_at = {n: (fleet.driver(n), fleet.node(n), fleet.rollout_section(n)) for n in fleet.names}
+    stopped_evidence = evidence(out / "report")
     stop.unlink()
-    resumed = fleet.upgrade(out / "report", gpufleet_bom=BOM_NEWER, **SHAPE)
-    return {"canary": canary, "rc": proc.returncode, "log": (out / "stop.log").read_text(), "at": stopped_at, "resumed": resumed}
+    faulty = sorted(n for n, (driver, _node, _section) in stopped_at.items() if driver == NEW)[-1]
+    fleet.fault(faulty, "xid79", gpu=1, when="upgrade")
+    # One failed node of a wave does not stop this rollout: the runs after it have a rolled-back node to rebuild.
+    shape = dict(SHAPE, gpufleet_bom=BOM_NEWER, gpufleet_wave_max_fail_percentage=100)
+    resumed = fleet.upgrade(out / "report", **shape)
+    finished = {n: fleet.state_file(n) for n in fleet.names}
+    rebuilt = fleet.upgrade(out / "fresh-report", **shape)
+    return {"canary": canary, "rc": proc.returncode, "log": (out / "stop.log").read_text(), "at": stopped_at, "resumed": resumed,
+            "stopped_evidence": stopped_evidence, "faulty": faulty, "rebuilt": rebuilt, "rebuilt_evidence": evidence(out / "fresh-report"),
+            "id": fleet.rollout_section(canary)["id"], "finished": finished}
 
 
 def test_the_stop_file_finishes_the_nodes_in_flight_and_starts_no_new_node(fleet, stopped):
@@ -170,5 +223,40 @@ def test_the_stop_file_finishes_the_nodes_in_flight_and_starts_no_new_node(fleet
             assert {p["name"] for p in section.get("phases", [])} <= {"preflight"}, (name, section)
 
 
+def test_a_stopped_run_writes_its_evidence(fleet, stopped):
+    found = stopped["stopped_evidence"]
+    assert_evidence_whole(fleet, found, stopped["id"], {n: section for n, (_driver, _node, section) in stopped["at"].items()})
+    assert "the stop file" in (found["report"]["summary"]["stopped_reason"] or ""), found["report"]["summary"]
+    assert found["nodes"][stopped["canary"]]["result"] == "upgraded"
+    assert {r["result"] for n, r in found["nodes"].items() if stopped["at"][n][0] == NEW} == {"not_started"}, found["nodes"]
+
+
 def test_with_the_stop_file_gone_the_same_command_completes(fleet, stopped):
-    assert_completed(fleet, stopped["resumed"], NEWER)
+    resumed, faulty = stopped["resumed"], stopped["faulty"]
+    assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-2000:]
+    for name in fleet.names:
+        section = fleet.rollout_section(name)
+        want = ("rolled_back", NEW) if name == faulty else ("upgraded", NEWER)
+        assert (section["result"], fleet.driver(name)) == want, (name, section)
+        assert "DRAIN" not in fleet.node(name)["state"], name
+    # The node keeps who decided its rollback and why, for any later run.
+    rollback = fleet.rollout_section(faulty)["rollback"]
+    assert rollback["result"] == "validated" and any(w in rollback["reason"].lower() for w in ("gpu_lost", "xid")), rollback
+
+
+def test_a_run_after_a_rollback_rebuilds_every_record_from_the_state_files(fleet, stopped):
+    """Issue 22: run again with no earlier evidence (an AWX job's fresh project folder), every node finished by earlier runs;
+    it failed writing its evidence ("rollback is null but the result is rolled_back"). It changes nothing and writes it all."""
+    rebuilt, faulty = stopped["rebuilt"], stopped["faulty"]
+    assert rebuilt.returncode == 0, rebuilt.stdout[-6000:] + rebuilt.stderr[-2000:]
+    # Nothing changed but the new evidence folder's files: every node's state file as the run before left it.
+    changed = [block.split("]", 1)[0] for block in rebuilt.stdout.split("TASK [")[1:] if "\nchanged: [" in block]
+    assert all("Write the per-node JSON" in task for task in changed), changed
+    assert {n: fleet.state_file(n) for n in fleet.names} == stopped["finished"]
+    found = stopped["rebuilt_evidence"]
+    assert_evidence_whole(fleet, found, stopped["id"])
+    record = found["nodes"][faulty]
+    assert record["rollback"] == fleet.rollout_section(faulty)["rollback"], record
+    assert (record["before"]["driver"], record["after"]["driver"]) == (NEW, NEW), record
+    upgraded = found["nodes"][stopped["canary"]]
+    assert (upgraded["before"]["driver"], upgraded["after"]["driver"]) == (NEW, NEWER), upgraded

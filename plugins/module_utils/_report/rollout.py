@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout
     validate_records,
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.timeline import render_timeline
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.record import phase_times
 
 REPORT_VERSION = 1
 # A node is done once the rollout decided about it (skipping it is a decision); not_started is not done.
@@ -122,10 +123,15 @@ def _kind_name(kind):
 
 
 def _node_view(record):
-    """The record plus what the report derives: start, end, duration, why it failed or was skipped."""
+    """The record plus what the report derives: start (its first step after the preflight: when it was admitted), end,
+    duration, where its time went (``times``: queued, capacity, its own jobs, its own work, observation), why it failed
+    or was skipped."""
     starts = [p["start"] for p in record["phases"]]
     ends = [p["end"] if p["end"] is not None else p["start"] for p in record["phases"]]
-    start = min(starts) if starts else None
+    times = phase_times(record["phases"])
+    start = times.pop("start")
+    if start is None:  # never admitted: its preflight is all it did
+        start = min(starts) if starts else None
     end = max(ends) if ends else None
     failed = next((c for c in record["checks"] if c["status"] == "fail"), None)
     failed_phase = next((p for p in record["phases"] if p["status"] == "failed"), None)
@@ -148,9 +154,19 @@ def _node_view(record):
             "duration_s": None if start is None else round(end - start, 3),
             "failed_check": "{}: {}".format(failed["name"], failed["message"]) if failed else None,
             "reason": reason,
+            "times": times,
         }
     )
     return view
+
+
+def duration_with_times(node):
+    """The node's duration and, where its phases say, what it went to: ``6m 40s (queued 2m 00s · jobs 1m 30s · work 3m 10s)``."""
+    times = node.get("times") or {}
+    labels = (("queued_s", "queued"), ("capacity_s", "capacity"), ("jobs_s", "jobs"), ("work_s", "work"), ("observation_s", "soak"))
+    parts = [f"{label} {duration_text(times[key])}" for key, label in labels if times.get(key) is not None]
+    text = duration_text(node["duration_s"])
+    return f"{text} ({' · '.join(parts)})" if parts and node["duration_s"] is not None else text
 
 
 def _placeholder(node, wave, rollout_id):
@@ -205,7 +221,8 @@ def build_report(records, rollout_id, plan=None, summary_extra=None, title="GPU 
     counts = dict.fromkeys(RESULTS, 0)
     for node in nodes:
         counts[node["result"]] += 1
-    starts = [n["start"] for n in nodes if n["start"] is not None]
+    # The rollout started with its first record (a preflight); a wave, with its first admitted node.
+    starts = [p["start"] for n in nodes for p in n["phases"]]
     ends = [n["end"] for n in nodes if n["end"] is not None]
     started = min(starts) if starts else None
     ended = max(ends) if ends else None
@@ -409,11 +426,12 @@ def render_markdown(report):
     for wave in report["waves"]:
         members = by_wave[wave["wave"]]
         lines += ["", f"## {wave['label'].capitalize()} ({len(members)} node{'s' if len(members) != 1 else ''})", "",
-                  "| node | result | versions (before → after) | duration | failed check / reason |", "|---|---|---|---|---|"]
+                  "| node | result | versions (before → after) | duration (queued · capacity · jobs · work · soak) | failed check / reason |",
+                  "|---|---|---|---|---|"]
         for node in members:
             lines.append(
                 "| {} | {} | {} | {} | {} |".format(
-                    _md(node["node"]), RESULT_WORDS[node["result"]], _md(version_change(node)), duration_text(node["duration_s"]),
+                    _md(node["node"]), RESULT_WORDS[node["result"]], _md(version_change(node)), duration_with_times(node),
                     _md(node["reason"] or "—"),
                 )
             )
@@ -481,11 +499,12 @@ def render_html(report):
     for wave in report["waves"]:
         members = by_wave[wave["wave"]]
         parts.append("<h2>{} ({} node{})</h2>".format(esc(wave["label"].capitalize()), len(members), "s" if len(members) != 1 else ""))
-        parts.append("<table><tr><th>node</th><th>result</th><th>versions (before → after)</th><th>duration</th><th>failed check / reason</th></tr>")
+        parts.append("<table><tr><th>node</th><th>result</th><th>versions (before → after)</th><th>duration (queued · capacity · jobs · work · soak)</th>"
+                     "<th>failed check / reason</th></tr>")
         parts.extend(
             '<tr class="{r}"><td>{n}</td><td>{w}</td><td>{v}</td><td>{d}</td><td>{why}</td></tr>'.format(
                 r=node["result"], n=esc(node["node"]), w=esc(RESULT_WORDS[node["result"]]), v=esc(version_change(node)),
-                d=esc(duration_text(node["duration_s"])), why=esc(node["reason"] or "—"),
+                d=esc(duration_with_times(node)), why=esc(node["reason"] or "—"),
             )
             for node in members
         )

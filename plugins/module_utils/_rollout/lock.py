@@ -10,7 +10,7 @@ load-change-save under the state file's flock (``_state.update``), so two contro
 node at once cannot both win. The section::
 
     {"id", "run", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at",
-     "phases": [{"name", "start", "end", "status", "detail"}]}
+     "phases": [{"name", "start", "end", "status", "detail"}], "detail", "before", "rollback": {"decided_by", "reason", "result"}}
 
 ``status`` ``running`` holds the node; ``done`` (finished, with ``result``) and ``released`` free it.
 Times are epoch seconds from the injectable clock (``_rollout.clock``); the heartbeat is refreshed by
@@ -21,12 +21,18 @@ owner and age, taken over only with ``break_stale``.
 default id is the BOM's hash: two operators, a CLI run and an AWX job) are twins: an acquire whose nonce differs from
 the holder's is refused while the holder's heartbeat is fresh, and takes the node over (with a warning) once it is stale
 (a run resumed after a crash). Phases, finish and release of a run whose node was taken over are refused or ignored.
+
+The node keeps its own evidence, so that a later run (a resumed one, another controller, an AWX job with a fresh
+project folder) rebuilds its record whole: ``finish`` records its ``detail`` and, for a rolled_back or failed_drained
+result, the ``rollback`` (who decided it, why, and whether the restored node validated); ``before`` (the versions before
+the rollout changed the node) is kept from the first write of the rollout that gives it.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+import json
 import re
 import socket
 
@@ -42,6 +48,12 @@ RUN_NONCE = re.compile(r"[A-Za-z0-9]{8,64}")
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 OWNER = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 MAX_DETAIL = 4000
+MAX_DECIDED_BY = 200
+MAX_BEFORE = 16384  # characters of JSON: a few versions and one per NIC PSID
+ROLLBACK_KEYS = ("decided_by", "reason", "result")
+ROLLBACK_RESULTS = _state.ROLLBACK_RESULTS
+# The rollback a finish result carries: rolled_back after a validated rollback, failed_drained after a failed one (or none).
+ROLLBACK_OF_RESULT = {"rolled_back": "validated", "failed_drained": "failed"}
 MAX_PHASES = 200
 MAX_STALE = 366 * 86400
 DEFAULT_STALE = 86400
@@ -99,6 +111,8 @@ def check_params(params):
     detail = params.get("detail")
     if detail is not None and (len(detail) > MAX_DETAIL or "\x00" in detail):
         raise RolloutStateArgumentError(f"detail must be at most {MAX_DETAIL} characters without NUL", option="detail")
+    options["rollback"] = _check_rollback(params.get("rollback"), action, result)
+    options["before"] = _check_before(params.get("before"), action)
     wave = params.get("wave")
     if wave is not None and (isinstance(wave, bool) or not isinstance(wave, int) or wave < 0):
         raise RolloutStateArgumentError(f"wave must be a whole number of at least 0 (0 is the canary), got {wave!r}", option="wave")
@@ -112,6 +126,65 @@ def check_params(params):
     return options
 
 
+def _check_rollback(rollback, action, result):
+    """The rollback details of a finish, checked against its result; RolloutStateArgumentError names what to give."""
+    if rollback is None:
+        if action == "finish" and result == "rolled_back":
+            raise RolloutStateArgumentError(
+                "result=rolled_back needs rollback: {decided_by, reason, result: validated} (which phase or who decided the rollback, "
+                "why, and that the restored node validated), so that any later run can rebuild the node's record", option="rollback")
+        return None
+    if action != "finish":
+        raise RolloutStateArgumentError("rollback is recorded with action=finish (the node's rolled_back or failed_drained result)",
+                                        option="rollback")
+    if not isinstance(rollback, dict) or sorted(rollback) != sorted(ROLLBACK_KEYS):
+        keys = ", ".join(sorted(str(k) for k in rollback)) if isinstance(rollback, dict) else type(rollback).__name__
+        raise RolloutStateArgumentError(f"rollback must be a mapping of exactly decided_by, reason and result, got {keys}", option="rollback")
+    decided_by, reason, outcome = rollback["decided_by"], rollback["reason"], rollback["result"]
+    if not isinstance(decided_by, str) or not decided_by.strip() or len(decided_by) > MAX_DECIDED_BY or "\x00" in decided_by:
+        raise RolloutStateArgumentError(f"rollback.decided_by must be 1 to {MAX_DECIDED_BY} characters (the failed phase, or who asked)",
+                                        option="rollback")
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_DETAIL or "\x00" in reason:
+        raise RolloutStateArgumentError(f"rollback.reason must be 1 to {MAX_DETAIL} characters without NUL (the failed check and why)",
+                                        option="rollback")
+    if outcome not in ROLLBACK_RESULTS:
+        raise RolloutStateArgumentError(f"rollback.result must be one of {', '.join(ROLLBACK_RESULTS)}, got {str(outcome)[:40]!r}",
+                                        option="rollback")
+    if ROLLBACK_OF_RESULT.get(result) != outcome:
+        expected = ", ".join(f"{r} after a {o} rollback" for r, o in ROLLBACK_OF_RESULT.items())
+        raise RolloutStateArgumentError(f"rollback.result {outcome} does not fit result={result}: a rollback is recorded only as {expected}",
+                                        option="rollback")
+    return {"decided_by": decided_by, "reason": reason, "result": outcome}
+
+
+def _check_before(before, action):
+    """The versions before the change (component: version, nic_firmware: {psid: version}), checked."""
+    if before is None:
+        return None
+    if action not in ("acquire", "phase", "finish"):
+        raise RolloutStateArgumentError("before is recorded with action acquire, phase or finish", option="before")
+    if not isinstance(before, dict):
+        raise RolloutStateArgumentError(f"before must be a mapping of component to version, not {type(before).__name__}", option="before")
+    before = dict(before)
+    for component, version in list(before.items()):
+        if not isinstance(component, str) or not PHASE_NAME.fullmatch(component):
+            raise RolloutStateArgumentError(f"before holds {str(component)[:40]!r}, which is not a component name (for example driver)",
+                                            option="before")
+        if isinstance(version, dict):
+            if not all(isinstance(k, str) and (v is None or isinstance(v, (str, int, float))) for k, v in version.items()):
+                raise RolloutStateArgumentError(f"before.{component} must map PSID strings to versions", option="before")
+            before[component] = {k: None if v is None else str(v) for k, v in version.items()}
+        elif version is None or isinstance(version, (str, int, float)):
+            before[component] = None if version is None else str(version)
+        else:
+            raise RolloutStateArgumentError(f"before.{component} must be a version, null, or a mapping of PSID to version, not "
+                                            f"{type(version).__name__}", option="before")
+    if len(json.dumps(before)) > MAX_BEFORE:
+        raise RolloutStateArgumentError(f"before must be at most {MAX_BEFORE} characters as JSON (the versions, not a whole fact set)",
+                                        option="before")
+    return before
+
+
 # --- the section ---------------------------------------------------------------------------------------------
 
 
@@ -122,7 +195,8 @@ def _iso(now):
 def section(doc):
     """The ``rollout`` section with every key present (a file written before the lock existed has only id and phase)."""
     rollout = copy.deepcopy(doc.get("rollout") or {})  # a copy to the phases: a diff's before must not change with after
-    for key in ("id", "run", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at"):
+    for key in ("id", "run", "owner", "acquired_at", "heartbeat_at", "wave", "phase", "status", "result", "updated_at", "detail", "before",
+                "rollback"):
         rollout.setdefault(key, None)
     rollout["phases"] = list(rollout.get("phases") or [])
     return rollout
@@ -224,10 +298,17 @@ def _acquire(doc, rollout, options, now, node, warnings):
                                   now=_iso(now))
         rollout.clear()
         rollout.update(id=rollout_id, run=options.get("run_nonce"), owner=options["owner"], acquired_at=now, heartbeat_at=now, wave=None,
-                       phase=None, status="running", result=None, phases=[], updated_at=None)
+                       phase=None, status="running", result=None, phases=[], updated_at=None, detail=None, before=None, rollback=None)
     if options.get("wave") is not None:
         rollout["wave"] = options["wave"]
+    _keep_before(rollout, options)
     return True
+
+
+def _keep_before(rollout, options):
+    """Record the versions before the change once per rollout: a resumed run reads a node it may have changed already."""
+    if options.get("before") and not rollout.get("before"):
+        rollout["before"] = copy.deepcopy(options["before"])
 
 
 def _phase(rollout, options, now):
@@ -283,13 +364,17 @@ def apply(doc, options, now, node, warnings):
         if _other_run(rollout, options):
             raise _taken_over(rollout, lock_info(rollout, now, options["stale_after"]), node)
         changed = _phase_then_next(rollout, options, now)
+        if changed:
+            _keep_before(rollout, options)
     elif action == "finish":
         if rollout["id"] != rollout_id:
             raise _not_held(rollout, rollout_id, node)
         if _other_run(rollout, options):
             raise _taken_over(rollout, lock_info(rollout, now, options["stale_after"]), node)
         if rollout["status"] != "done" or rollout["result"] != options["result"]:
-            rollout.update(status="done", result=options["result"], heartbeat_at=now)
+            rollout.update(status="done", result=options["result"], heartbeat_at=now, detail=options.get("detail"),
+                           rollback=copy.deepcopy(options.get("rollback")))
+            _keep_before(rollout, options)
             _state.append_history(doc, "rollout", "finish", after=options["result"], result="ok", rollout_id=rollout_id, now=_iso(now),
                                   details={"phases": len(rollout["phases"]), "wave": rollout["wave"]})
             changed = True

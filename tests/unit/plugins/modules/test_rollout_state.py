@@ -275,6 +275,74 @@ def test_finish_records_the_result_frees_the_node_and_a_rerun_changes_nothing(no
     assert other["changed"] is True and other["rollout"]["phases"] == [] and other["rollout"]["result"] is None
 
 
+ROLLBACK = {"decided_by": "validate", "reason": "xid: Xid 79 on GPU 1", "result": "validated"}
+BEFORE = {"driver": "570.124.06", "fabricmanager": "570.124.06", "gpu_firmware": None, "nic_firmware": {"MT_0000000838": "28.40.1000"}}
+
+
+def test_the_node_keeps_its_rollback_and_versions_so_that_a_later_run_rebuilds_its_record(node):
+    """Issue 22: a node rolled back in one run keeps who decided the rollback and why, read back by any later run."""
+    acquire(node)
+    node(action="phase", phase="drain", status="started", before=BEFORE)
+    # A resumed run reads a node it changed already: the first versions given stay.
+    node(action="phase", phase="drain", status="ok", before=dict(BEFORE, driver="580.95.05"))
+    done = node(action="finish", result="rolled_back", rollback=ROLLBACK, detail="xid: Xid 79 on GPU 1", before=dict(BEFORE, driver="580.95.05"))
+    assert done["changed"] is True, done
+    section = node.doc()["rollout"]
+    expected = ("rolled_back", ROLLBACK, "xid: Xid 79 on GPU 1", BEFORE)
+    assert (section["result"], section["rollback"], section["detail"], section["before"]) == expected
+    assert node(action="read")["rollout"]["rollback"] == ROLLBACK
+    assert _state.load(str(node.path))["rollout"]["rollback"] == ROLLBACK
+    # Finished: the same finish again changes nothing, nor does another verdict.
+    again = node(action="finish", result="rolled_back", rollback=dict(ROLLBACK, reason="other"))
+    assert again["changed"] is False and node.doc()["rollout"]["rollback"] == ROLLBACK
+
+
+def test_a_failed_rollback_is_kept_with_its_failed_drained_result(node):
+    acquire(node)
+    failed = dict(ROLLBACK, result="failed", reason="xid; the rollback failed too (reboot timed out)")
+    assert node(action="finish", result="failed_drained", rollback=failed)["changed"] is True
+    assert node.doc()["rollout"]["rollback"] == failed
+
+
+def test_a_new_rollout_starts_without_the_old_ones_rollback(node):
+    acquire(node)
+    node(action="finish", result="rolled_back", rollback=ROLLBACK, before=BEFORE)
+    taken = acquire(node, rollout_id="r-2")
+    assert (taken["rollout"]["rollback"], taken["rollout"]["before"], taken["rollout"]["detail"]) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"result": "rolled_back"}, "result=rolled_back needs rollback"),
+        ({"result": "upgraded", "rollback": ROLLBACK}, "rollback.result validated does not fit result=upgraded"),
+        ({"result": "rolled_back", "rollback": dict(ROLLBACK, result="failed")}, "does not fit result=rolled_back"),
+        ({"result": "failed_drained", "rollback": ROLLBACK}, "does not fit result=failed_drained"),
+        ({"result": "rolled_back", "rollback": {"decided_by": "validate", "result": "validated"}}, "exactly decided_by, reason and result"),
+        ({"result": "rolled_back", "rollback": dict(ROLLBACK, why="x")}, "exactly decided_by, reason and result"),
+        ({"result": "rolled_back", "rollback": dict(ROLLBACK, decided_by="")}, "rollback.decided_by must be 1 to 200"),
+        ({"result": "rolled_back", "rollback": dict(ROLLBACK, reason="x" * 4001)}, "rollback.reason must be 1 to 4000"),
+        ({"result": "rolled_back", "rollback": dict(ROLLBACK, result="ok")}, "rollback.result must be one of validated, failed"),
+        ({"result": "upgraded", "before": {"Driver!": "1"}}, "not a component name"),
+        ({"result": "upgraded", "before": {"driver": ["1"]}}, "before.driver must be a version"),
+        ({"result": "upgraded", "before": {"nic_firmware": {"MT_1": ["x"]}}}, "before.nic_firmware must map PSID strings"),
+        ({"result": "upgraded", "before": {"driver": "5" * 20000}}, "before must be at most"),
+    ],
+)
+def test_bad_rollback_or_versions_are_refused_before_the_file_is_touched(node, args, words):
+    acquire(node)
+    before = node.path.read_bytes()
+    result = node(action="finish", **args)
+    assert result["failed"] is True and words in result["msg"], result
+    assert node.path.read_bytes() == before
+
+
+def test_rollback_belongs_to_a_finish(node):
+    acquire(node)
+    result = node(action="phase", phase="rollback", status="ok", rollback=ROLLBACK)
+    assert result["failed"] is True and "rollback is recorded with action=finish" in result["msg"]
+
+
 def test_release_drops_only_our_lock(node):
     acquire(node, rollout_id="r-2")
     not_ours = node(action="release")

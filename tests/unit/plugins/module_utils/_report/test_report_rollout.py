@@ -60,6 +60,23 @@ def test_node_view_derives_duration_and_reason(report):
     assert by_name["gpu-01"]["reason"] == ""
 
 
+def test_a_wave_starts_with_its_first_admitted_node_and_a_waiting_node_is_not_draining():
+    """Issue 22: every wave started at the preflight, and a node waiting for another node's job counted as working."""
+    def node(name, admitted, drained, done):
+        return {"node": name, "rollout_id": RID, "wave": 1, "result": "upgraded", "phases": [
+            {"name": "preflight", "start": T0, "end": T0 + 10, "status": "ok"},
+            {"name": "drain", "start": T0 + admitted, "end": T0 + drained, "status": "ok"},
+            {"name": "driver", "start": T0 + drained, "end": T0 + done, "status": "ok"}]}
+
+    report = rollout.build_report([node("gpu-01", 300, 900, 960), node("gpu-02", 310, 320, 380)], RID)
+    assert report["summary"]["started_epoch"] == T0
+    assert report["waves"][0]["start"] == T0 + 300
+    quick = next(n for n in report["nodes"] if n["node"] == "gpu-02")
+    assert (quick["start"], quick["duration_s"]) == (T0 + 310, 70.0)
+    assert quick["times"] == {"queued_s": 300.0, "capacity_s": None, "jobs_s": 10.0, "work_s": 60.0, "observation_s": None}
+    assert "| gpu-02 | upgraded | — | 1m 10s (queued 5m 00s · jobs 10s · work 1m 00s) |" in rollout.render_markdown(report)
+
+
 def test_markdown_says_what_happened(report):
     md = rollout.render_markdown(report)
     assert "**24 nodes: 21 upgraded, 1 rolled back, 1 failed and left drained, 1 skipped.**" in md
@@ -69,7 +86,8 @@ def test_markdown_says_what_happened(report):
     assert "- **stop file**: /var/tmp/gpufleet.stop is present: no new node was started; remove it and run the playbook again to resume" in md
     assert "- **stopped**: failure budget exceeded after wave 2" in md
     assert "- **ticket**: CHG-1234" in md
-    assert "| canary | 1 | 1 | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 2025-12-01T11:53:20Z |" in md
+    # A wave starts when its first node is admitted (after the canary's 20 s preflight), not at the preflight.
+    assert "| canary | 1 | 1 | 1 | 1 | 0 | 0 | 0 | 0 | 0 | 2025-12-01T11:53:40Z |" in md
     assert "## Wave 2 (5 nodes)" in md
     assert ("| gpu-04 | upgraded | driver 570.124.06 → 580.95.05; fabricmanager 570.124.06 → 580.95.05; gpu_firmware HGX-22.10-1 → HGX-24.12-1; "
             "nic MT_0000000838 28.41.1000 → 28.43.1014 |") in md
@@ -100,7 +118,7 @@ def test_junit_suite_per_wave_case_per_node(report):
     assert root.tag == "testsuites"
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [f"{RID} canary", f"{RID} wave 1", f"{RID} wave 2", f"{RID} wave 3"]
-    assert [s.get("id") for s in suites] == ["0", "1", "2", "3"] and suites[0].get("timestamp") == "2025-12-01T11:53:20"
+    assert [s.get("id") for s in suites] == ["0", "1", "2", "3"] and suites[0].get("timestamp") == "2025-12-01T11:53:40"
     for suite in suites:
         cases = suite.findall("testcase")
         assert int(suite.get("tests")) == len(cases)

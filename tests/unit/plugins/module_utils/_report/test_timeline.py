@@ -97,7 +97,8 @@ def test_wave_boundaries_at_each_waves_start_with_labels():
     scale = timeline.PLOT_W / (report["summary"]["ended_epoch"] - T0)
     assert [float(line.get("x1")) for line in lines] == pytest.approx([timeline.LABEL_W + (w["start"] - T0) * scale for w in report["waves"]], abs=0.1)
     texts = ["".join(t.itertext()) for t in svg.iter(SVG + "text")]
-    assert "canary starts, 0 min" in texts and any(t.startswith("wave 3 starts, ") for t in texts)
+    # The canary starts when it is admitted, after its 20 s preflight (the rollout's start).
+    assert "canary starts, 0.3 min" in texts and any(t.startswith("wave 3 starts, ") for t in texts)
 
 
 @pytest.mark.parametrize(("span", "step"), [(60, 15), (600, 60), (6120, 600), (3600 * 30, 10800), (86400 * 30, 86400 * 3)])
