@@ -86,7 +86,10 @@ def audit_records(hosts, registered="gpufleet_audit_gathered"):
             continue
         if isinstance(facts, Mapping) and not result.get("failed_when_result") and not result.get("failed"):
             # The facts the report reads: the task that writes it carries every node's record (a tenth of its facts).
-            records.append({"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": report_facts(facts)})
+            record = {"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": report_facts(facts)}
+            if host.get("nvlink_domain") is not None:  # the inventory's NVLink domain, cross-checked with the ClusterUUID
+                record["nvlink_domain"] = _text(host.get("nvlink_domain"))
+            records.append(record)
         else:
             records.append({"name": name, "sku": sku, "error": _text(result.get("msg")) or "gpu_facts failed"})
     return records

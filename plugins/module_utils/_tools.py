@@ -252,6 +252,16 @@ class Systemctl(Tool):
         return dict(zip(units, (state.strip() for state in states)))
 
 
+class Imex(Tool):
+    binary = "nvidia-imex"
+    label = "nvidia-imex --version"
+
+
+class ImexCtl(Tool):
+    binary = "nvidia-imex-ctl"
+    label = "nvidia-imex-ctl -N"
+
+
 class Dmesg(Tool):
     binary = "dmesg"
     label = "dmesg"

@@ -20,7 +20,9 @@ description:
   - Built for fleet-wide runs. One call reads C(/proc) and C(/sys) directly and starts at most five processes
     (C(nvidia-smi -q -x), C(nv-fabricmanager --version), C(systemctl is-active), C(dmesg), C(mlxfwmanager --query));
     C(modinfo nvidia) is added only when the driver is installed but not loaded, and C(mstflint q) once per ConnectX adapter only
-    when C(mlxfwmanager) is absent. The number started is returned as RV(ansible_facts.gpufleet.commands_run).
+    when C(mlxfwmanager) is absent. On a node with IMEX (GB200 / GB300 NVL72 compute trays) three more are started
+    (C(nvidia-imex --version), C(systemctl is-active nvidia-imex), C(nvidia-imex-ctl -N)); a node without it starts none of them.
+    The number started is returned as RV(ansible_facts.gpufleet.commands_run).
   - The reads do not depend on each other and run at the same time, one thread each, so a call takes about as long as its slowest
     read (C(nvidia-smi -q -x) or C(mlxfwmanager --query) take seconds on a real node), not their sum. Each is still bounded by
     O(command_timeout); when several fail, the task reports the first in the order above.
@@ -40,9 +42,11 @@ options:
       - What to gather. The driver, kernel, boot id and NVSwitch presence are always gathered.
       - V(gpus) runs C(nvidia-smi), V(fabricmanager) runs C(nv-fabricmanager) and C(systemctl), V(nics) runs the Mellanox tools,
         V(xid) reads the kernel log.
+      - V(imex) reads C(/etc/nvidia-imex/nodes_config.cfg) and, only where C(nvidia-imex) is installed (GB200 / GB300 NVL72 trays),
+        runs C(nvidia-imex --version), C(systemctl is-active nvidia-imex) and C(nvidia-imex-ctl -N).
     type: list
     elements: str
-    choices: [all, driver, gpus, fabricmanager, nics, xid]
+    choices: [all, driver, gpus, fabricmanager, imex, nics, xid]
     default: [all]
   critical_xids:
     description:
@@ -151,6 +155,8 @@ ansible_facts:
               remapped_rows: {pending: false, failure: false}
               temperature_c: 34
               clocks_event_reasons_active: []
+              addressing_mode: ATS
+              fabric: {state: Completed, status: Success, clique_id: 2, cluster_uuid: 6a1b2c3d-0000-4000-8000-00000000beef, health: Healthy, multi_node: true}
         gpu_processes:
           description: Processes using a GPU (pid, name, used memory, GPU).
           type: list
@@ -172,6 +178,41 @@ ansible_facts:
           type: dict
           returned: when fabricmanager is gathered
           sample: {installed: true, version: 550.90.07, running: true, state: active, matches_driver: true, required: true}
+        nvlink:
+          description:
+            - The multi-node NVLink domain of the node, from every GPU's Fabric block (the C(fabric) of each GPU).
+            - C(cluster_uuid) is the ClusterUUID all GPUs agree on (it names the NVLink domain), V(null) when they disagree
+              (listed in C(problems)); C(multi_node) is V(false) for the all-zero UUID (HGX, PCIe, or a tray whose fabric failed to join)
+              and V(null) without any Fabric block.
+            - C(fabric_ok) is V(true) when every fabric is C(Completed), C(Success) and C(Healthy) (or prints no health summary).
+          type: dict
+          returned: when gpus or driver are gathered
+          sample: {cluster_uuid: 6a1b2c3d-0000-4000-8000-00000000beef, clique_id: 2, multi_node: true, fabric_ok: true, problems: []}
+        cdmm:
+          description:
+            - Coherent driver-based memory management (R580+), read from C(/proc/driver/nvidia/params) (C(CoherentGPUMemoryMode)).
+            - C(enabled) is V(true) for mode C(driver); both are V(null) without a loaded driver or on a driver that does not print the parameter.
+          type: dict
+          returned: always
+          sample: {mode: driver, enabled: true}
+        imex:
+          description:
+            - IMEX on a GB200 / GB300 NVL72 tray. C(installed) is V(false) on a node without C(nvidia-imex) (HGX, PCIe), which is not an error.
+            - C(version) from C(nvidia-imex --version); C(matches_driver) whether it is the loaded driver's (IMEX refuses to start otherwise);
+              C(service_state) of C(nvidia-imex.service); C(nodes_config) the addresses of C(/etc/nvidia-imex/nodes_config.cfg).
+            - C(domain) is what C(nvidia-imex-ctl -N) prints (nodes with state and version, C(domain_state), C(domain_up),
+              C(version_mismatch) for C(!V!), C(node_map_mismatch) for C(!M!)), V(null) with C(domain_error) when it gave none.
+            - C(problems) lists every reason the IMEX domain is not ready.
+          type: dict
+          returned: when imex is gathered
+          sample:
+            installed: true
+            version: 580.95.05
+            matches_driver: true
+            service_state: active
+            nodes_config: [10.0.0.1, 10.0.0.2]
+            domain: {domain_state: UP, domain_up: true, version_mismatch: false, node_map_mismatch: false}
+            problems: []
         nics:
           description:
             - ConnectX adapters with PSID, part number and firmware.

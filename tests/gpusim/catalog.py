@@ -16,13 +16,14 @@ from collections import namedtuple
 # One GPU model. name: the exact nvidia-smi product name; arch: product_architecture as nvidia-smi prints it;
 # memory_mib: FB total as nvidia-smi prints it; device_id: the PCI device id (vendor 10DE appended by nvidia-smi);
 # nvlink_gbps: the per-link speed printed by `nvidia-smi nvlink -s`; tflops_fp32: gpu_burn's float/tensor throughput
-# basis (Gflop/s / 1000).
+# basis (Gflop/s / 1000). mnnvl: a compute tray of a multi-node NVLink domain (GB200 / GB300 NVL72): the Fabric block
+# carries the domain's ClusterUUID and CliqueId, addressing is ATS, no local fabric manager, IMEX runs on the tray.
 GpuModel = namedtuple(
     "GpuModel",
     ("name", "arch", "memory_mib", "reserved_mib", "vbios", "device_id", "subsys_id", "power_limit_w", "min_power_w",
      "pcie_gen", "pcie_width", "nvlinks", "nvlink_gbps", "compute_cap", "board_part", "gpu_part", "inforom_img",
-     "max_graphics_mhz", "max_mem_mhz", "idle_power_w", "tflops_fp32", "brand"),
-    defaults=("NVIDIA",),
+     "max_graphics_mhz", "max_mem_mhz", "idle_power_w", "tflops_fp32", "brand", "mnnvl"),
+    defaults=("NVIDIA", False),
 )
 
 
@@ -47,6 +48,11 @@ GPU_MODELS: dict[str, GpuModel] = {
         GpuModel("NVIDIA B200", "Blackwell", 183359, 1024, "97.00.7D.00.0F", 0x2901, 0x199910DE, 1000,
                  200, 5, 16, 18, 53.125, "10.0", "692-2G525-0220-000", "2901-886-A1", "G525.0220.00.02",
                  1965, 3996, 141, 75.0),
+        # From the real GB200 tray captures in ../shared/fixtures/real/gb200/nvidia-smi (-q -x of p6e-gb200, default table
+        # of a bare-metal tray): 189471 MiB, 742 reserved, 1200 W / 200 W, device 2941, subsystem 2046, NV18 links.
+        GpuModel("NVIDIA GB200", "Blackwell", 189471, 742, "97.00.B9.00.69", 0x2941, 0x204610DE, 1200,
+                 200, 5, 16, 18, 50.0, "10.0", "900-2G548-A801-000", "2941-892-A1", "G548.0201.00.06",
+                 2062, 3996, 160, 80.0, "NVIDIA", True),
     )
 }
 
@@ -64,9 +70,27 @@ HGX_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 NIC_BUSES = ("1A", "3C", "4D", "5E", "9C", "BC", "CC", "DC")
 
 
-def pci_bus_id(index: int) -> str:
+# PCI addresses of the 4 GPUs of a bare-metal GB200 compute tray (the rhel4nv-demo and OCI runbook captures).
+GB200_BUS_IDS = ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019:01:00.0")
+ZERO_CLUSTER_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def pci_bus_id(index: int, model: GpuModel | None = None) -> str:
+    if model is not None and model.mnnvl and index < len(GB200_BUS_IDS):
+        return GB200_BUS_IDS[index]
     bus = HGX_BUSES[index] if index < len(HGX_BUSES) else f"{0xE0 + index:02X}"
     return f"00000000:{bus}:00.0"
+
+
+def cluster_uuid(fleet_domain: str) -> str:
+    """The ClusterUUID NVIDIA's fabric gives an NVLink domain, derived from its name (same spec, same UUID)."""
+    h = _digest("cluster", fleet_domain).hex()
+    return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def imex_short_version(version: str | None) -> str | None:
+    """What `nvidia-imex-ctl -N` prints as a node's version: the first two parts (570.172 of 570.172.08, AWS capture)."""
+    return ".".join(str(version).split(".")[:2]) if version else None
 
 
 def _digest(*parts: object) -> bytes:

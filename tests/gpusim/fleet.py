@@ -166,11 +166,12 @@ def _prepare_node(workdir: Path, fleet: spec_mod.Fleet, index: int, binds: dict[
     for sub in ("log", "run", "proc_driver", "slurmd", "ssh"):
         (nd / sub).mkdir(parents=True, exist_ok=True)
     st = _state()
-    st.save(nd, st.new_node_state(plan.spec))
+    st.save(nd, st.new_node_state(plan.spec, nodes_root=nd.parent))
     node.write_wrappers(nd, sys.executable, str(TESTS_DIR))
     node.make_host_key(nd, plan.name)
     node.write_shell_files(nd)
     node.prepare_disk(nd, plan.name)
+    node.write_nvlink_files(nd, plan.spec)
     (nd / "ssh" / "sshd_config").write_text(node.sshd_config(
         name=plan.name, address=plan.address, port=fleet.ssh_port, node_dir=nd,
         authorized_keys=workdir / "ssh" / "authorized_keys", slurm_conf=slurm_conf))

@@ -10,6 +10,7 @@ of that namespace, which is what a reboot does to open SSH sessions.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -69,10 +70,32 @@ def wrapper_text(name: str, python: str, tests_dir: str, aliases: tuple[str, ...
     return "\n".join(lines)
 
 
+def _has_imex(node_dir: Path) -> bool:
+    """Whether the node's state (saved before its wrappers are written) has IMEX: a GB200 / GB300 tray."""
+    try:
+        return "imex" in json.loads((node_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def write_nvlink_files(node_dir: Path, node_spec: dict) -> None:
+    """A tray's /etc/nvidia-imex/nodes_config.cfg (its own /etc): the addresses of its NVLink domain, one a line."""
+    members = (node_spec.get("nvlink") or {}).get("members")
+    if not members:
+        return
+    etc, _work = overlay_dirs(node_dir, "/etc")
+    (etc / "nvidia-imex").mkdir(parents=True, exist_ok=True)
+    (etc / "nvidia-imex" / "nodes_config.cfg").write_text("".join(m["address"] + "\n" for m in members))
+
+
 def write_wrappers(node_dir: Path, python: str, tests_dir: str) -> None:
     for sub in ("bin", "sbin"):
         (node_dir / sub).mkdir(parents=True, exist_ok=True)
     names = set(tool_names())
+    if not _has_imex(node_dir):
+        from gpusim.tools import MNNVL_TOOLS
+
+        names -= set(MNNVL_TOOLS)
     aliases = tuple(a for a in SYSTEMCTL_ALIASES if a in names)
     for name in sorted(names | {"systemctl"}):
         path = wrapper_path(node_dir, name)

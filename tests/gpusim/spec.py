@@ -33,7 +33,7 @@ _NIC_KEYS = {"type", "psid", "part_number", "fw", "count"}
 _GROUP_KEYS = {
     "count", "prefix", "start", "width", "names", "sku", "driver", "kernel_module", "fabricmanager", "vbios", "gpu_firmware",
     "nics", "nic_fw", "kernel", "faults", "timing", "perf", "jobs", "bmc_firmware", "bios",
-    "vars",
+    "vars", "nvlink_domain", "clique_id", "imex", "cdmm",
 }
 _TOP_KEYS = {"fleet", "timing", "skus", "nodes", "defaults"}
 _DEFAULTS_KEYS = {"kernel", "kernel_module", "driver"}
@@ -392,6 +392,11 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
                 "perf": dict(perf),
                 "jobs": jobs,
             }
+            if model_mnnvl(sku["gpu_model"]):
+                _nvlink_spec(spec, group, where, driver)
+            elif any(key in group for key in ("nvlink_domain", "clique_id", "imex", "cdmm")):
+                raise _fail(where, f"nvlink_domain, clique_id, imex and cdmm are for multi-node NVLink trays (NVIDIA GB200), "
+                                   f"not {sku['gpu_model']}")
             for key in ("bmc_firmware", "bios"):  # the host BMC's and BIOS's versions, only where a group sets them
                 if key in group:
                     spec[key] = _host_firmware(group[key], f"{where}.{key}")
@@ -403,9 +408,42 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
             bmc_address = f"127.0.{bmc_octet}.{1 + index % MAX_NODES_PER_OCTET}"
             fleet.nodes.append(NodePlan(spec=spec, address=address, cpus=sku["cpus"], memory_mb=sku["memory_mb"],
                                         bmc_address=bmc_address, host_vars=copy.deepcopy(host_vars)))
+    _nvlink_members(fleet)
     if fleet.slurmd_port(len(fleet.nodes)) > 65535:
         raise _fail("fleet.slurm_port", "too high for this many nodes (one slurmd port per node follows it)")
     return fleet
+
+
+def model_mnnvl(name: str) -> bool:
+    from . import catalog
+
+    model = catalog.GPU_MODELS.get(name)
+    return bool(model and model.mnnvl)
+
+
+def _nvlink_spec(spec: dict[str, Any], group: dict, where: str, driver: str | None) -> None:
+    """A GB200 tray's NVLink domain (nodes[i].nvlink_domain: its name; the ClusterUUID is derived from it), CliqueId,
+    IMEX version (the driver's unless nodes[i].imex says otherwise: a tray one release off) and CDMM module option."""
+    domain = group.get("nvlink_domain")
+    if domain is not None and (not isinstance(domain, str) or not _HOSTNAME.fullmatch(domain)):
+        raise _fail(f"{where}.nvlink_domain", f"must be a name of lower-case letters, digits and -, got {domain!r}")
+    spec["nvlink"] = {"domain": domain or spec["name"], "clique_id": _int(group.get("clique_id", 1), f"{where}.clique_id", low=1, high=32767)}
+    spec["imex"] = _version(group["imex"], f"{where}.imex") if "imex" in group else driver
+    cdmm = group.get("cdmm")
+    if cdmm is not None and cdmm not in ("driver", "default"):
+        raise _fail(f"{where}.cdmm", f"must be driver or default (NVreg_CoherentGPUMemoryMode), got {cdmm!r}")
+    spec["cdmm"] = cdmm
+
+
+def _nvlink_members(fleet: Fleet) -> None:
+    """Every tray learns the trays of its NVLink domain (names and addresses, in fleet order: IMEX node ids)."""
+    members: dict[str, list[dict[str, str]]] = {}
+    for plan in fleet.nodes:
+        if "nvlink" in plan.spec:
+            members.setdefault(plan.spec["nvlink"]["domain"], []).append({"name": plan.name, "address": plan.address})
+    for plan in fleet.nodes:
+        if "nvlink" in plan.spec:
+            plan.spec["nvlink"]["members"] = copy.deepcopy(members[plan.spec["nvlink"]["domain"]])
 
 
 def load(path: str | Path) -> Fleet:

@@ -42,12 +42,12 @@ FAULT_KINDS = (
     "dkms_fail", "no_return", "gpu_missing", "xid79", "xid48", "xid119", "ecc_dbe", "fm_mismatch",
     "fm_inactive", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail", "psid_mismatch",
     "gpu_process", "headers_missing", "modules_busy", "bmc_unresponsive", "nic_no_live_reset",
-    "nic_unopenable", "reboot_lost",
+    "nic_unopenable", "reboot_lost", "fabric_insufficient_resources", "fabric_unhealthy", "fabric_in_progress",
 )
 # Kinds that describe a lasting condition the tools consult (kept in state["faults"]).
 _STANDING = {"dkms_fail", "no_return", "dcgm_fail", "nccl_low", "thermal_slowdown", "flash_fail",
              "headers_missing", "modules_busy", "bmc_unresponsive", "nic_no_live_reset",
-             "nic_unopenable", "reboot_lost"}
+             "nic_unopenable", "reboot_lost", "fabric_insufficient_resources", "fabric_unhealthy", "fabric_in_progress"}
 # Standing kinds that a reboot ends (modules_busy: the process holding /dev/nvidia* dies with the node).
 _CLEARED_AT_BOOT = {"modules_busy"}
 # Kinds whose default trigger is the next boot rather than now.
@@ -63,7 +63,7 @@ def node_dir_from_env() -> Path:
 def _gpu(node: str, model: catalog.GpuModel, index: int, vbios: str) -> dict[str, Any]:
     return {
         "index": index, "uuid": catalog.gpu_uuid(node, index), "serial": catalog.gpu_serial(node, index),
-        "pci_bus_id": catalog.pci_bus_id(index), "vbios": vbios, "present": True, "fell_off": False,
+        "pci_bus_id": catalog.pci_bus_id(index, model), "vbios": vbios, "present": True, "fell_off": False,
         "ecc": {"volatile_sbe": 0, "volatile_dbe": 0, "aggregate_sbe": 0, "aggregate_dbe": 0},
         "remapped": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
         "retired": {"sbe": 0, "dbe": 0, "pending": False},
@@ -71,8 +71,11 @@ def _gpu(node: str, model: catalog.GpuModel, index: int, vbios: str) -> dict[str
     }
 
 
-def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
-    """Build the initial state of a node from its node spec (gpusim.spec: Fleet.nodes[i].spec)."""
+def new_node_state(node_spec: dict[str, Any], nodes_root: Path | str | None = None) -> dict[str, Any]:
+    """Build the initial state of a node from its node spec (gpusim.spec: Fleet.nodes[i].spec).
+
+    nodes_root: the folder holding every node's NODE_DIR (the fleet's workdir/nodes): a multi-node NVLink tray reads
+    the other trays of its domain there (nvidia-imex-ctl -N)."""
     name = node_spec["name"]
     model = catalog.gpu_model(node_spec.get("gpu_model") or "NVIDIA H100 80GB HBM3")
     count = int(node_spec.get("gpu_count", 8))
@@ -141,6 +144,8 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
     }
     state["gpu_firmware"] = firmware.init(state, node_spec.get("gpu_firmware") or "HGX-22.10-1", nvswitch,
                                           node_spec.get("bmc_firmware"), node_spec.get("bios"))
+    if model.mnnvl:
+        _init_mnnvl(state, node_spec, nodes_root)
     if driver:
         _log_driver_load(state)
     if fm:
@@ -149,6 +154,71 @@ def new_node_state(node_spec: dict[str, Any]) -> dict[str, Any]:
         params = {k: v for k, v in fault.items() if k != "kind"}
         apply_fault(state, fault["kind"], **params)
     return state
+
+
+def _init_mnnvl(state: dict[str, Any], node_spec: dict[str, Any], nodes_root: Path | str | None) -> None:
+    """A GB200 / GB300 NVL72 compute tray: its NVLink domain, IMEX pinned to the driver, CDMM (issue 23).
+
+    node_spec["nvlink"]: {"domain", "clique_id", "members": [{"name", "address"}]} (gpusim.spec); a tray outside any
+    domain spec is a domain of its own. No fabric manager runs on the tray (NMX-C runs it on the switch trays).
+    """
+    link = dict(node_spec.get("nvlink") or {})
+    domain = link.get("domain") or state["name"]
+    members = link.get("members") or [{"name": state["name"], "address": "127.0.0.1"}]
+    state["nvlink"] = {
+        "domain": domain, "cluster_uuid": catalog.cluster_uuid(domain), "clique_id": int(link.get("clique_id", 1)),
+        "members": [dict(m) for m in members], "nodes_root": str(nodes_root) if nodes_root else None,
+    }
+    imex = node_spec.get("imex", state["driver"]["version"])  # the package installed with the driver, held at it
+    state["imex"] = {"version": imex}
+    state["driver"]["cdmm_mode"] = node_spec.get("cdmm")  # NVreg_CoherentGPUMemoryMode of the loaded module
+    state["services"]["nvidia-imex"] = {"enabled": bool(imex), "active": False, "since": time.time(), "pid": 5100,
+                                        "failed_reason": None}
+    imex_check(state)
+
+
+def imex_check(state: dict[str, Any]) -> bool:
+    """Start or fail nvidia-imex: it refuses to run unless its version is the loaded driver's (NVIDIA's docs)."""
+    svc = state["services"].get("nvidia-imex")
+    if svc is None:
+        return False
+    version = (state.get("imex") or {}).get("version")
+    ok = bool(svc["enabled"] and version and driver_loaded(state) and version == state["driver"]["version"])
+    state["imex"]["running"] = version if ok else None  # what the daemon runs until its next start
+    svc.update(active=ok, since=time.time(),
+               failed_reason=None if ok else ("nodriver" if not driver_loaded(state) else "version" if version else "absent"))
+    return ok
+
+
+def node_modprobe_option(state: dict[str, Any], name: str) -> str | None:
+    """The value of `options nvidia <name>=<v>` in the node's own /etc/modprobe.d (its overlay), None when unset."""
+    link = state.get("nvlink") or {}
+    if not link.get("nodes_root"):
+        return None
+    folder = Path(link["nodes_root"]) / state["name"] / "disk" / "etc" / "upper" / "modprobe.d"
+    value = None
+    for conf in sorted(folder.glob("*.conf")) if folder.is_dir() else ():
+        for line in conf.read_text(errors="replace").splitlines():
+            words = line.split("#", 1)[0].split()
+            if len(words) >= 3 and words[0] == "options" and words[1] == "nvidia":
+                for word in words[2:]:
+                    key, _sep, val = word.partition("=")
+                    if key == name:
+                        value = val
+    return value
+
+
+def peer_state(state: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """Another tray's state (the simulated nodes share one machine), None when it cannot be read."""
+    if name == state["name"]:
+        return state
+    root = (state.get("nvlink") or {}).get("nodes_root")
+    if not root:
+        return None
+    try:
+        return load(Path(root) / name)
+    except (OSError, ValueError):
+        return None
 
 
 def _build_date(version: str | None) -> str | None:
@@ -233,6 +303,9 @@ def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
         (nv / "version").write_text(proc_version_text(state))
     elif nv.exists():
         _rmtree(nv)
+    params = nv / "params"
+    if driver_loaded(state) and "imex" in state:
+        params.write_text(params_text(state))
     # The nvidia module lists the NVSwitches it drives under /proc/driver/nvidia-nvswitch/devices.
     switches = proc / "nvidia-nvswitch"
     if driver_loaded(state) and state.get("nvswitch"):
@@ -245,6 +318,17 @@ def _refresh_derived(node_dir: Path, state: dict[str, Any]) -> None:
     # boot_id and osrelease are bind-mount targets: rewrite in place, never rename.
     _write_in_place(node_dir / "boot_id", state["boot_id"] + "\n")
     _write_in_place(node_dir / "osrelease", state["kernel"] + "\n")
+
+
+def params_text(state: dict[str, Any]) -> str:
+    """/proc/driver/nvidia/params of a tray: a few of the module's parameters in the driver's `Name: value` form, and
+    CoherentGPUMemoryMode (`CoherentGPUMemoryMode: "driver"`, the stas00 GB300 capture) when the module option sets it."""
+    lines = ["ResmanDebugLevel: 4294967295", "RmLogonRC: 1", "ModifyDeviceFiles: 1", "DeviceFileUID: 0", "DeviceFileGID: 0",
+             "DeviceFileMode: 438", 'RegistryDwords: ""']
+    mode = state["driver"].get("cdmm_mode")
+    if mode:
+        lines.append(f'CoherentGPUMemoryMode: "{mode}"')
+    return "\n".join(lines) + "\n"
 
 
 def _write_in_place(path: Path, text: str) -> None:
@@ -309,6 +393,8 @@ def load_modules(state: dict[str, Any], names: tuple[str, ...] = DRIVER_MODULES)
         if m not in state["modules"]:
             state["modules"].append(m)
     if first:
+        if "imex" in state:
+            state["driver"]["cdmm_mode"] = node_modprobe_option(state, "NVreg_CoherentGPUMemoryMode") or state["driver"].get("cdmm_mode")
         _log_driver_load(state)
         previous = drv.get("last_loaded", drv["version"])
         drv["last_loaded"] = drv["version"]
@@ -497,6 +583,8 @@ def start_service(state: dict[str, Any], name: str) -> bool:
     if name == "nvidia-fabricmanager":
         _fm_check(state)
         return svc["active"]
+    if name == "nvidia-imex":
+        return imex_check(state)
     if name == "nvidia-persistenced" and not driver_loaded(state):
         svc["active"] = False
         svc["failed_reason"] = "nodriver"
@@ -564,6 +652,8 @@ def boot(node_dir: Path | str, power_cycle: bool = False) -> bool:
             _fm_check(state)
         else:
             svc["active"] = False
+        if "nvidia-imex" in state["services"]:
+            imex_check(state)
         return True
 
     node_dir = Path(node_dir)

@@ -325,3 +325,39 @@ def test_an_upgrade_fault_fires_when_a_staged_package_driver_boots(fleet):
     reboot(fleet, "node-01")
     assert "580.95.05" in fleet.ssh_ok("node-01", "cat /proc/driver/nvidia/version")
     assert fleet.ssh_ok("node-01", dbe).strip() == "2"
+
+
+# --- GB200 NVL72 trays (issue 23): gpu_facts over SSH reads each tray's fabric, IMEX domain and CDMM -------------------
+
+NVL_SPEC = TESTS / "gpusim" / "specs" / "nvl72-8.yml"
+
+
+def test_gb200_trays_report_their_nvlink_domain_imex_and_cdmm(tmp_path_factory):
+    """Inside each tray's namespace: nvidia-imex on its PATH, its own nodes_config.cfg, /proc/driver/nvidia/params, and
+    the other trays' state for nvidia-imex-ctl -N. One tray moved to another driver + IMEX: its domain goes DOWN (!V!)."""
+    from gpusim import catalog
+    from gpusim import state as gstate
+
+    with fleet_up(NVL_SPEC, tmp_path_factory.mktemp("gpusim-nvl") / "fleet", timeout=240) as workdir:
+        nvl = Fleet(workdir)
+        results = nvl.module("gpufleet.lifecycle.gpu_facts", "gb200_nvl72", {"gather_subset": ["driver", "gpus", "imex"]})
+        assert all("ansible_facts" in result for result in results.values()), {h: r.get("msg") for h, r in results.items() if "ansible_facts" not in r}
+        facts = {host: result["ansible_facts"]["gpufleet"] for host, result in results.items()}
+        assert len(facts) == 8
+        for host, fact in facts.items():
+            domain = "rack-a" if host.startswith("nvl-a") else "rack-b"
+            assert fact["nvlink"]["cluster_uuid"] == catalog.cluster_uuid(domain) and fact["nvlink"]["fabric_ok"], host
+            assert fact["imex"]["domain"]["domain_up"] and fact["imex"]["problems"] == [], (host, fact["imex"])
+            assert fact["cdmm"] == {"mode": "driver", "enabled": True}
+            assert "fabricmanager" not in fact or not fact["fabricmanager"]["installed"]
+
+        def other_driver(s):
+            s["driver"].update(version="580.105.08", last_loaded="580.105.08")
+            s["imex"]["version"] = "580.105.08"
+            gstate.imex_check(s)
+
+        gstate.update(nvl.node_dir("nvl-a02"), other_driver)
+        after = nvl.module("gpufleet.lifecycle.gpu_facts", "nvl-a01,nvl-b01", {"gather_subset": ["imex"]})
+        a01 = after["nvl-a01"]["ansible_facts"]["gpufleet"]["imex"]["domain"]
+        assert a01["version_mismatch"] and a01["domain_state"] == "DOWN"
+        assert after["nvl-b01"]["ansible_facts"]["gpufleet"]["imex"]["domain"]["domain_up"]

@@ -23,12 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import nvlink
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import (
     MELLANOX_VENDOR,
     NIC_CLASS_PREFIXES,
     Host,
     fabricmanager_version,
 )
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import imex as imex_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import mlx as mlx_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi as nvsmi_parser
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import procfs as procfs_parser
@@ -38,6 +40,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
     CommandCounter,
     Dmesg,
     FabricManager,
+    Imex,
+    ImexCtl,
     MlxFwManager,
     Modinfo,
     Mstflint,
@@ -47,7 +51,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
 )
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
-SUBSETS = ("driver", "gpus", "fabricmanager", "nics", "xid")
+SUBSETS = ("driver", "gpus", "fabricmanager", "imex", "nics", "xid")
+IMEX_SERVICE = "nvidia-imex"
+IMEX_NODES_CONFIG = "etc/nvidia-imex/nodes_config.cfg"
 SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced")
 # Limit of each read (nvidia-smi on a wedged GPU can block for ever); the gpu_tools command_timeout option.
 DEFAULT_COMMAND_TIMEOUT = 120
@@ -130,6 +136,8 @@ class GpuFactsCollector:
         reads = {"driver_and_gpus": self._driver_and_gpus, "services": self._services}
         if "fabricmanager" in self.subset:
             reads["fabricmanager"] = self._fabricmanager_installed
+        if "imex" in self.subset:
+            reads["imex"] = self._imex_reads
         if "nics" in self.subset:
             reads["nics"] = self._nics
         if "xid" in self.subset:
@@ -140,10 +148,14 @@ class GpuFactsCollector:
         facts["driver"] = driver
         if "gpus" in self.subset or "driver" in self.subset:
             facts.update(smi)
+            facts["nvlink"] = nvlink.nvlink_domain(smi["gpus"])
+        facts["cdmm"] = self._cdmm()
         facts["nvswitch"] = {"present": bool(nvswitches), "count": len(nvswitches), "devices": nvswitches}
         facts["persistenced"] = {"running": services.get("nvidia-persistenced") == "active", "state": services.get("nvidia-persistenced")}
         if "fabricmanager" in self.subset:
             facts["fabricmanager"] = self._fabricmanager(driver, services, bool(nvswitches), results["fabricmanager"])
+        if "imex" in self.subset:
+            facts["imex"] = nvlink.imex_facts(driver_version=driver.get("version"), **results["imex"])
         if "nics" in self.subset:
             facts["nics"] = results["nics"]
         if "xid" in self.subset:
@@ -267,6 +279,61 @@ class GpuFactsCollector:
         if facts["installed"] and driver.get("version"):
             facts["matches_driver"] = facts["version"] == driver["version"]
         return facts
+
+    # -- CDMM and IMEX (GB200 / GB300 NVL72) ----------------------------------
+    def _cdmm(self):
+        """``{"mode", "enabled"}`` from /proc/driver/nvidia/params (no process); both None without a loaded driver or before R580."""
+        text = self.host.read("proc/driver/nvidia/params")
+        if text is None:
+            return {"mode": None, "enabled": None}
+        try:
+            params = procfs_parser.parse_nvidia_params(text if text.endswith("\n") or not text else text + "\n")  # a file read whole is not cut
+        except ParseError as exc:
+            raise FactsError(f"/proc/driver/nvidia/params does not read as the driver's parameter file: {exc}", stdout=text) from exc
+        return {"mode": params["cdmm_mode"], "enabled": params["cdmm"]}
+
+    def _imex_reads(self):
+        """The keyword arguments of nvlink.imex_facts but the driver: at most three processes, none without nvidia-imex."""
+        reads = {"version": None, "service_state": None, "nodes_config": None, "domain": None, "domain_error": None}
+        text = self.host.read(IMEX_NODES_CONFIG)
+        if text is not None:
+            try:
+                reads["nodes_config"] = imex_parser.parse_nodes_config(text if text.endswith("\n") or not text else text + "\n")
+            except ParseError as exc:
+                raise FactsError(f"/{IMEX_NODES_CONFIG} cannot be read: {exc}. Write one IP address or host name a line.", stdout=text) from exc
+        daemon = self._tool(Imex, "imex_path")
+        if not daemon.available:
+            return reads
+        rc, out, err = daemon.run(["--version"], ok_rcs=None)
+        if rc in (126, 127):
+            return reads  # a wrapper whose program is gone: not installed
+        try:
+            reads["version"] = imex_parser.parse_version(out + "\n" + err)
+        except ParseError as exc:
+            raise FactsError(
+                f"nvidia-imex --version printed no whole version (exit status {rc}; {exc}): reinstall the nvidia-imex package",
+                cmd=[daemon.path, "--version"],
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            ) from exc
+        systemctl = self._tool(Systemctl, "systemctl_path")
+        if systemctl.available:
+            reads["service_state"] = systemctl.is_active([IMEX_SERVICE])[IMEX_SERVICE]
+        ctl = self._tool(ImexCtl, "imex_ctl_path")
+        if not ctl.available:
+            reads["domain_error"] = "nvidia-imex-ctl is not installed"
+            return reads
+        rc, out, err = ctl.run(["-N"], ok_rcs=None)
+        if rc != 0:
+            # The daemon is down or not configured: a state to report, not a failed task.
+            reads["domain_error"] = f"exit status {rc}: {(err or out).strip()[:300]}"
+            return reads
+        try:
+            reads["domain"] = imex_parser.parse_ctl_nodes(out)
+        except ParseError as exc:
+            raise FactsError(f"nvidia-imex-ctl -N printed unexpected output: {exc}", cmd=[ctl.path, "-N"], rc=rc, stdout=out, stderr=err) from exc
+        return reads
 
     # -- ConnectX NICs ------------------------------------------------------
     def _no_mellanox_device(self, manager, rc, out, err):

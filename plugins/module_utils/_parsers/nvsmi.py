@@ -240,6 +240,40 @@ def _empty_gpu(index):
         "mig_mode_pending": None,
         "mig_devices": [],
         "processes": [],
+        "addressing_mode": None,
+        "fabric": None,
+    }
+
+
+# The ClusterUUID of a GPU outside any multi-node NVLink domain (HGX, PCIe; with CliqueId 0).
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+_CLUSTER_UUID = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$")
+
+
+def _fabric(tool, state, status, clique_id, cluster_uuid, health):
+    """The Fabric block of one GPU, or None when it has none (or only N/A: no NVLink fabric, Windows).
+
+    ``{"state", "status", "clique_id", "cluster_uuid", "health", "multi_node"}``: ``multi_node`` is
+    False for the all-zero ClusterUUID (no multi-node NVLink, or a fabric that failed to join one:
+    Status ``Insufficient Resources`` with CliqueId 0), True for any other UUID, None when unknown.
+    A CliqueId that is no number or a ClusterUUID that is no UUID is a ParseError naming it.
+    """
+    values = (state, status, clique_id, cluster_uuid, health)
+    if all(value is None for value in values):
+        return None
+    if clique_id is not None:
+        if not clique_id.isdigit():
+            raise ParseError(f"{tool}: Fabric CliqueId {clique_id[:40]!r} is not a number")
+        clique_id = int(clique_id)
+    if cluster_uuid is not None and not _CLUSTER_UUID.match(cluster_uuid):
+        raise ParseError(f"{tool}: Fabric ClusterUUID {cluster_uuid[:60]!r} is not a whole UUID (8-4-4-4-12 hex digits)")
+    return {
+        "state": state,
+        "status": status,
+        "clique_id": clique_id,
+        "cluster_uuid": None if cluster_uuid is None else cluster_uuid.lower(),
+        "health": health,
+        "multi_node": None if cluster_uuid is None else cluster_uuid != ZERO_UUID,
     }
 
 
@@ -437,6 +471,15 @@ def _xml_gpu(gpu, position):
     result["mig_mode_pending"] = _xml_text(gpu, "mig_mode/pending_mig")
     result["mig_devices"] = _xml_mig_devices(gpu)
     result["processes"] = _xml_processes(gpu)
+    result["addressing_mode"] = _xml_text(gpu, "addressing_mode")
+    result["fabric"] = _fabric(
+        XML_TOOL,
+        _xml_text(gpu, "fabric/state"),
+        _xml_text(gpu, "fabric/status"),
+        _xml_text(gpu, "fabric/cliqueId"),
+        _xml_text(gpu, "fabric/clusterUuid"),
+        _xml_text(gpu, "fabric/health/summary"),
+    )
     return result
 
 
@@ -734,6 +777,15 @@ def _text_gpu(gpu, position, bus_id):
         for device in gpu.all("mig device")
     ]
     result["processes"] = _text_processes(gpu)
+    result["addressing_mode"] = gpu.text("addressing mode")
+    result["fabric"] = _fabric(
+        TEXT_TOOL,
+        gpu.text("fabric", "state"),
+        gpu.text("fabric", "status"),
+        gpu.text("fabric", "cliqueid"),
+        gpu.text("fabric", "clusteruuid"),
+        gpu.text("fabric", "health", "summary"),
+    )
     return result
 
 

@@ -302,3 +302,44 @@ def parse_container_cli_info(text):
         raise ParseError("nvidia-container-cli info: no 'NVRM version: <driver version>' line")
     driver_version(result["driver_version"], "nvidia-container-cli info", "NVRM version", terminated=terminated)
     return result
+
+
+PARAMS_TOOL = "/proc/driver/nvidia/params"
+# "CoherentGPUMemoryMode: "driver"" / "ResmanDebugLevel: 4294967295"
+_PARAM = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_]*):[ \t]*(?P<value>.*?)[ \t]*$")
+# A shell prompt kept in a capture ("$ grep Coherent /proc/driver/nvidia/params"): not the file.
+_PROMPT = re.compile(r"^[$#][ \t]")
+
+
+def parse_nvidia_params(text):
+    """``/proc/driver/nvidia/params`` (the loaded driver's module parameters) -> ``{"params", "cdmm_mode", "cdmm"}``.
+
+    ``params``: every ``Name: value`` line, quotes removed from a quoted value. ``cdmm_mode``: the
+    value of ``CoherentGPUMemoryMode`` (R580+, ``NVreg_CoherentGPUMemoryMode``), None when the driver
+    does not print it; ``cdmm``: True when that mode is ``driver`` (coherent driver-based memory
+    management: the GPU memory is no NUMA node the kernel can hand out). A shell prompt line of a
+    capture is skipped. ParseError naming the line for anything else, a quote left open, an empty
+    output, or a last line that no newline ends (a value may be cut: ``"driv`` of ``"driver"``).
+    """
+    text = text or ""
+    last = cut_line(text)
+    if last is not None and last.strip():
+        raise cut_short(PARAMS_TOOL, "the last parameter", last)
+    params = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or _PROMPT.match(line):
+            continue
+        match = _PARAM.match(line)
+        if not match:
+            raise ParseError(f"{PARAMS_TOOL}: line {number} {line[:80]!r} is not 'Name: value'")
+        value = match.group("value")
+        if value.startswith('"'):
+            if len(value) < 2 or not value.endswith('"'):
+                raise ParseError(f"{PARAMS_TOOL}: {match.group('key')} {value[:40]!r} has no closing quote: the output is garbled")
+            value = value[1:-1]
+        params[match.group("key")] = value
+    if not params:
+        raise ParseError(f"{PARAMS_TOOL}: no 'Name: value' line")
+    mode = params.get("CoherentGPUMemoryMode")
+    return {"params": params, "cdmm_mode": mode, "cdmm": None if mode is None else mode.lower() == "driver"}

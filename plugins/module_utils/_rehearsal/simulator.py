@@ -19,6 +19,7 @@ GPU_MODELS = (
     "NVIDIA H200",
     "NVIDIA L40S",
     "NVIDIA B200",
+    "NVIDIA GB200",
 )
 
 # gpusim.catalog.NIC_TYPES: spec name by the name mlxfwmanager prints (the spec name without '-' and ' ').

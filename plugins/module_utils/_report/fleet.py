@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._bom import INBAND_GPU_FIRMWARE, drift_summary, node_drift, sku_mixed_versions
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.nvlink_domains import nvlink_domains
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import _Checker, named_entries
 
 REPORT_VERSION = 1
@@ -46,6 +47,9 @@ FACT_SECTIONS = {
     "driver": {"version": TEXT, "flavor": TEXT, "installed": FLAG, "loaded": FLAG},
     "fabricmanager": {"version": TEXT, "installed": FLAG, "running": FLAG},
     "nvswitch": {"present": FLAG, "count": COUNT},
+    "nvlink": {"cluster_uuid": TEXT, "clique_id": COUNT, "multi_node": FLAG, "fabric_ok": FLAG},
+    "imex": {"installed": FLAG, "version": TEXT, "matches_driver": FLAG, "service_state": TEXT},
+    "cdmm": {"mode": TEXT, "enabled": FLAG},
 }
 FACT_LISTS = {
     "gpus": {"index": COUNT, "name": TEXT, **{fact: TEXT for _key, _component, fact, _what in INBAND_GPU_FIRMWARE}},
@@ -82,7 +86,7 @@ def validate_records(records):
     """RecordError naming the entry, the node and the field of the first record whose facts or BMC inventory the report
     cannot read (a string where gpu_facts gives a mapping, a number where it gives a version), or of a node given twice."""
     for record, check in named_entries(records, _Record, "name and facts"):
-        check.fields(record, {"sku": TEXT, "error": TEXT}, "")
+        check.fields(record, {"sku": TEXT, "error": TEXT, "nvlink_domain": TEXT}, "")
         bmc = check.mapping(record.get("bmc"), "bmc")
         if bmc.get("entries") is not None and not isinstance(bmc["entries"], list):
             check.fail("bmc.entries", f"must be a list of firmware inventory members, not {type(bmc['entries']).__name__}", BMC_FIX)
@@ -205,7 +209,7 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
         sku = record.get("sku") or "unknown"
         if boms.setdefault(sku, record["bom"]) != record["bom"]:
             by_name[record["name"]]["bom"] = record["bom"]
-    return {
+    report = {
         "report_version": REPORT_VERSION,
         "title": title,
         "generated_at": generated_at,
@@ -215,6 +219,10 @@ def build_report(records, expected_hosts=None, title="GPU fleet audit", generate
         "mixed_within_sku": mixed,
         "boms": boms,
     }
+    domains = nvlink_domains(records)
+    if domains["domains"] or domains["problems"]:  # GB200 / GB300 NVL72 trays; an HGX fleet's report is unchanged
+        report["nvlink_domains"] = domains
+    return report
 
 
 def _error_node(record):
@@ -287,7 +295,25 @@ def render_markdown(report):
             for component, versions in sorted(components.items()):
                 spread = "; ".join("{}: {}".format(v, ", ".join(nodes)) for v, nodes in versions.items())
                 lines.append(f"- **{sku}** {component}: {spread}")
+    lines += _markdown_nvlink(report.get("nvlink_domains"))
     return "\n".join(line for line in lines) + "\n"
+
+
+def _markdown_nvlink(section):
+    """The NVLink domains of GB200 / GB300 NVL72 trays: one line per domain, then every problem."""
+    if not section:
+        return []
+    lines = ["", "## NVLink domains", "", "| ClusterUUID | inventory domain | trays | drivers | IMEX | IMEX domain |", "|---|---|---|---|---|---|"]
+    for domain in section["domains"]:
+        lines.append(
+            "| {} | {} | {} | {} | {} | {} |".format(
+                domain["cluster_uuid"], _fmt(domain["inventory_domain"]), ", ".join(domain["nodes"]),
+                ", ".join(domain["drivers"]) or "—", ", ".join(domain["imex_versions"]) or "—", ", ".join(domain["imex_domain_states"]) or "—",
+            )
+        )
+    if section["problems"]:
+        lines += ["", "### NVLink domain problems", ""] + [f"- {problem}" for problem in section["problems"]]
+    return lines
 
 
 _CSS = (

@@ -34,7 +34,11 @@ TOOLS = {
     "apt-mark": "packages:apt_mark_main",
     "dpkg-query": "packages:dpkg_query_main",
     "gpusim-run-installer": "installer:main",
+    "nvidia-imex": "imex:imex_main",
+    "nvidia-imex-ctl": "imex:imex_ctl_main",
 }
+# Installed only on a node whose GPUs are multi-node NVLink trays (GB200 / GB300 NVL72): elsewhere they are absent.
+MNNVL_TOOLS = ("nvidia-imex", "nvidia-imex-ctl")
 TOOL_NAMES = tuple(TOOLS)
 
 

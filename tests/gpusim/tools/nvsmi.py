@@ -32,6 +32,8 @@ def _flags(model: catalog.GpuModel, rank: int) -> set[str]:
         flags.add("remap")
     if model.arch in ("Ada Lovelace", "Hopper", "Blackwell") and rank >= 2:
         flags.add("tlimit")
+    if model.mnnvl:
+        flags.add("mnnvl")
     return flags
 
 
@@ -91,7 +93,26 @@ def gpu_values(state: dict[str, Any], gpu: dict[str, Any], rank: int) -> dict[st
         "fabric_status": "Success" if state["nvswitch"] else "N/A",
         "clique": "0" if state["nvswitch"] else "N/A",
         "cluster_uuid": "00000000-0000-0000-0000-000000000000" if state["nvswitch"] else "N/A",
+        "addressing": "None",
+        **(_mnnvl_values(state) if model.mnnvl else {}),
     }
+
+
+def _mnnvl_values(state: dict[str, Any]) -> dict[str, str]:
+    """The Fabric block of a GB200 / GB300 NVL72 tray (the p6e-gb200 capture): the domain's ClusterUUID and CliqueId,
+    Completed / Success / Healthy; the failure shapes of the real captures as faults."""
+    link = state.get("nvlink") or {}
+    values = {"addressing": "ATS", "fabric_state": "Completed", "fabric_status": "Success",
+              "clique": str(link.get("clique_id", 1)), "cluster_uuid": link.get("cluster_uuid") or catalog.ZERO_CLUSTER_UUID,
+              "fabric_health": "Healthy", "fabric_bandwidth": "Full", "fabric_flag": "False"}
+    if st.fault(state, "fabric_insufficient_resources"):  # azhpc-images PR 506: a tray that did not join its domain
+        values.update(fabric_status="Insufficient Resources", clique="0", cluster_uuid=catalog.ZERO_CLUSTER_UUID)
+    if st.fault(state, "fabric_unhealthy"):
+        values.update(fabric_health="Unhealthy", fabric_bandwidth="Degraded")
+    if st.fault(state, "fabric_in_progress"):
+        values.update(fabric_state="In Progress", fabric_status="N/A", clique="0", cluster_uuid=catalog.ZERO_CLUSTER_UUID,
+                      fabric_health="N/A", fabric_bandwidth="N/A")
+    return values
 
 
 def _value(raw: str, values: dict[str, str]) -> str:

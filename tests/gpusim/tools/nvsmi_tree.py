@@ -7,6 +7,7 @@ condition (optional, all must hold):
   `remap`  / `!remap`    GPU reports remapped rows (Ampere and newer data centre parts)
   `legacy_ecc` / `!legacy_ecc`   single/double bit ECC layout (Volta and older)
   `tlimit` / `!tlimit`   T.Limit temperature names (Ada, Hopper, Blackwell on R535+)
+  `mnnvl` / `!mnnvl`     a multi-node NVLink tray (GB200 / GB300 NVL72: the p6e-gb200 capture's Fabric health block)
   `xml`    element only in -q -x (not printed by plain -q)
 The element names and their order follow the real nvsmi_qx_*.xml samples of each branch
 (see catalog.VARIANTS for which sample each variant follows); the labels follow real -q output.
@@ -22,7 +23,7 @@ display_mode|Display Mode|$display_mode|
 display_attached|Display Attached|Yes|>=4
 display_active|Display Active|Disabled|
 persistence_mode|Persistence Mode|$persistence|
-addressing_mode|Addressing Mode|None|>=2
+addressing_mode|Addressing Mode|$addressing|>=2
 mig_mode|MIG Mode||
   current_mig|Current|$mig|
   pending_mig|Pending|$mig|
@@ -333,7 +334,7 @@ fabric|Fabric||>=1
   status|Status|$fabric_status|
   cliqueId|CliqueId|$clique|>=3
   clusterUuid|ClusterUUID|$cluster_uuid|>=3
-  health|Health||>=3
+  health|Health||>=3 !mnnvl
     summary|Summary||>=4
     bandwidth|Bandwidth||
     route_recovery_in_progress|Route Recovery in progress||
@@ -341,6 +342,14 @@ fabric|Fabric||>=1
     access_timeout_recovery|Access Timeout Recovery||
     incorrect_configuration|Incorrect Configuration||>=4
     partition_assigned|Partition Assigned||>=4 xml
+  health|Health||>=3 mnnvl
+    summary|Summary|$fabric_health|
+    bandwidth|Bandwidth|$fabric_bandwidth|
+    route_recovery_in_progress|Route Recovery in progress|$fabric_flag|
+    route_unhealthy|Route Unhealthy|$fabric_flag|
+    access_timeout_recovery|Access Timeout Recovery|$fabric_flag|
+    incorrect_configuration|Incorrect Configuration||
+    partition_assigned|Partition Assigned||xml
 supported_clocks||@supported_clocks|xml
 processes|Processes|@processes|
 accounted_processes||@accounted|xml

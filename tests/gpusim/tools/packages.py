@@ -1,7 +1,8 @@
 """Simulated Debian package tools: apt-get, apt-mark and dpkg-query, for the NVIDIA packages only.
 
 They know exactly the packages the nvidia_driver module installs from NVIDIA's CUDA repository:
-``nvidia-fabricmanager-<branch>`` and ``nvidia-driver-<branch>[-open]``, at the versions of
+``nvidia-fabricmanager-<branch>``, ``nvidia-driver-<branch>[-open]`` and, on GB200 trays, ``nvidia-imex[-<branch>]``,
+at the versions of
 REPOSITORY (plus the node state's ``apt.extra_versions``), release ``-1``. Installing changes the
 node state (fabric manager version, driver); ``apt-mark hold`` sets ``apt.held``. Anything else
 (another package, another command) ends with a clear error: these tools shadow the real ones in the
@@ -56,7 +57,9 @@ RELEASE = "1"
 ARCH = "amd64"
 FM = re.compile(r"^nvidia-fabricmanager-(?P<branch>\d+)$")
 DRIVER = re.compile(r"^nvidia-driver-(?P<branch>\d+)(?P<open>-open)?$")
-SIMULATED = "gpusim simulates only nvidia-fabricmanager-<branch> and nvidia-driver-<branch>[-open]"
+# nvidia-imex-570 (the R570 name, gpu-driver-container PR 200) and nvidia-imex (R580 on: `nvidia-imex=<driver version>`).
+IMEX = re.compile(r"^nvidia-imex(?:-(?P<branch>\d+))?$")
+SIMULATED = "gpusim simulates only nvidia-fabricmanager-<branch>, nvidia-driver-<branch>[-open] and nvidia-imex[-<branch>]"
 APT_HEAD = "Reading package lists...\nBuilding dependency tree...\nReading state information..."
 
 
@@ -73,11 +76,19 @@ def _apt(state: dict[str, Any]) -> dict[str, Any]:
 
 def available(state: dict[str, Any], name: str) -> list[str]:
     """Versions (upstream, without release) of a simulated package in the repository, oldest first."""
-    match = FM.match(name) or DRIVER.match(name)
+    match = FM.match(name) or DRIVER.match(name) or IMEX.match(name)
     if not match:
         return []
     versions = set(REPOSITORY) | set(_apt(state)["extra_versions"])
-    return sorted((v for v in versions if str(catalog.branch(v)) == match.group("branch")), key=_vkey)
+    return sorted((v for v in versions if match.group("branch") in (None, str(catalog.branch(v)))), key=_vkey)
+
+
+def imex_package(state: dict[str, Any]) -> str | None:
+    """The installed IMEX package's name (nvidia-imex-<branch> before R580, nvidia-imex after), None without IMEX."""
+    imex = state.get("imex") or {}
+    if not imex.get("version"):
+        return None
+    return imex.get("package") or ("nvidia-imex" if catalog.branch(imex["version"]) >= 580 else f"nvidia-imex-{catalog.branch(imex['version'])}")
 
 
 def installed(state: dict[str, Any]) -> dict[str, str]:
@@ -95,6 +106,8 @@ def installed(state: dict[str, Any]) -> dict[str, str]:
         if version:
             suffix = "-open" if flavor == "open" else ""
             pkgs[f"nvidia-driver-{catalog.branch(version)}{suffix}"] = f"{version}-{RELEASE}"
+    if imex_package(state):
+        pkgs[imex_package(state)] = f"{state['imex']['version']}-{RELEASE}"
     return pkgs
 
 
@@ -200,7 +213,7 @@ def apt_mark_main(argv: list[str]) -> int:
     if not names:
         fail(f"E: No packages found ({verb} needs package names)", 100)
     for n in names:
-        if not (FM.match(n) or DRIVER.match(n)):
+        if not (FM.match(n) or DRIVER.match(n) or IMEX.match(n)):
             fail(f"E: Unable to locate package {n} ({SIMULATED})", 100)
 
     def _mark(s: dict[str, Any]) -> list[str]:
@@ -236,7 +249,7 @@ def _plan(state: dict[str, Any], specs: list[str]) -> list[tuple[str, str, str |
     result = []
     for spec in specs:
         name, eq, wanted = spec.partition("=")
-        if not (FM.match(name) or DRIVER.match(name)):
+        if not (FM.match(name) or DRIVER.match(name) or IMEX.match(name)):
             raise AptError(f"E: Unable to locate package {name}\n({SIMULATED}; this node's apt-get is simulated)")
         versions = available(state, name)
         if eq:
@@ -248,7 +261,7 @@ def _plan(state: dict[str, Any], specs: list[str]) -> list[tuple[str, str, str |
             version = versions[-1]
         else:
             raise AptError(f"E: Package '{name}' has no installation candidate")
-        kind = FM if FM.match(name) else DRIVER
+        kind = FM if FM.match(name) else IMEX if IMEX.match(name) else DRIVER
         replaced = next((p for p in pkgs if kind.match(p) and p != name), None)
         result.append((name, version, replaced))
     return result
@@ -329,6 +342,11 @@ def _install(argv_opts: set[str], specs: list[str]) -> int:
                 s["fabricmanager"] = {"version": version, "staged": None}
                 s["services"]["nvidia-fabricmanager"]["enabled"] = True
                 continue
+            if IMEX.match(name):
+                # The binary is replaced; the running daemon keeps its version until it is restarted.
+                s.setdefault("imex", {}).update(version=version, package=name)
+                s["services"].setdefault("nvidia-imex", {"enabled": True, "active": False, "since": 0, "pid": 5100, "failed_reason": None})
+                continue
             flavor = "open" if DRIVER.match(name).group("open") else "proprietary"
             new_driver = {"version": version, "flavor": flavor, "method": "package", "dkms": True, "built": True,
                           "build_date": st._build_date(version)}
@@ -352,7 +370,7 @@ def _remove(argv_opts: set[str], names: list[str]) -> int:
     pkgs = installed(state)
     held = _apt(state)["held"]
     for n in names:
-        if not (FM.match(n) or DRIVER.match(n)):
+        if not (FM.match(n) or DRIVER.match(n) or IMEX.match(n)):
             out(APT_HEAD)
             fail(f"E: Unable to locate package {n}\n({SIMULATED}; this node's apt-get is simulated)", 100)
     gone = [n for n in names if n in pkgs]
@@ -374,6 +392,9 @@ def _remove(argv_opts: set[str], names: list[str]) -> int:
             if FM.match(n):
                 s["fabricmanager"] = None
                 s["services"]["nvidia-fabricmanager"].update(enabled=False, active=False)
+            elif IMEX.match(n):
+                s["imex"] = {"version": None}
+                s["services"]["nvidia-imex"].update(enabled=False, active=False)
             else:
                 s["driver"].update(version=None, method=None, staged=None, loaded=False)
                 s["modules"] = []

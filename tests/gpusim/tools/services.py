@@ -1,6 +1,7 @@
 """Simulated systemctl (multi-call: also shutdown / reboot / poweroff) and nv-fabricmanager.
 
-Only the node's simulated units exist (nvidia-fabricmanager, nvidia-persistenced, nvidia-dcgm);
+Only the node's simulated units exist (nvidia-fabricmanager, nvidia-persistenced, nvidia-dcgm; nvidia-imex on a
+GB200 / GB300 tray);
 reboots are requests in NODE_DIR/reboot.request that the fleet supervisor (gpusim.supervisor) carries out.
 """
 
@@ -20,6 +21,8 @@ UNITS = {
                              "nv-fabricmanage", "/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg"),
     "nvidia-persistenced": ("NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced --user nvidia-persistenced",
                             "nvidia-persiste", "/usr/bin/nvidia-persistenced --user nvidia-persistenced"),
+    "nvidia-imex": ("NVIDIA IMEX service", "/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg",
+                    "nvidia-imex", "/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg"),
     "nvidia-dcgm": ("NVIDIA DCGM service", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm",
                     "nv-hostengine", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm"),
 }
@@ -131,7 +134,8 @@ def systemctl_main(argv: list[str]) -> int:
     for raw in units:
         unit = _unit(raw)
         name = raw if raw.endswith(".service") else raw + ".service"
-        if unit is None or (unit == "nvidia-fabricmanager" and not state.get("fabricmanager")):
+        if unit is None or (unit == "nvidia-fabricmanager" and not state.get("fabricmanager")) or (
+                unit not in state["services"]):
             if verb == "status":
                 err(f"Unit {name} could not be found.")
                 rc = max(rc, 4)

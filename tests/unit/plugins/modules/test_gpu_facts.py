@@ -541,3 +541,93 @@ def test_the_audit_record_keeps_every_fact_the_report_reads(commands, node, run_
     assert all(set(g) <= set(REPORT_GPU_KEYS) for g in record["facts"]["gpus"])
     assert all(set(n) <= set(REPORT_NIC_KEYS) for n in record["facts"]["nics"])
     assert len(json.dumps(record["facts"])) < len(json.dumps(facts)) * 0.7
+
+
+# --- GB200 / GB300 NVL72 tray: fabric, NVLink domain, IMEX, CDMM (issue 23) ------------------------------------------------
+
+GB200_DOMAIN = "6a1b2c3d-0000-4000-8000-00000000000a"
+GB200_BUSES = ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019:01:00.0")
+
+
+def gb200_xml(uuids=(GB200_DOMAIN,) * 4, status="Success", driver="580.95.05"):
+    gpus = "".join(
+        f'<gpu id="{bus}"><product_name>NVIDIA GB200</product_name><uuid>GPU-0000000{i}-0000-4000-8000-000000000000</uuid>'
+        f"<addressing_mode>ATS</addressing_mode><fabric><state>Completed</state><status>{status}</status><cliqueId>2</cliqueId>"
+        f"<clusterUuid>{uuid}</clusterUuid><health><summary>Healthy</summary></health></fabric></gpu>"
+        for i, (bus, uuid) in enumerate(zip(GB200_BUSES, uuids))
+    )
+    head = f"<driver_version>{driver}</driver_version><cuda_version>13.0</cuda_version><attached_gpus>4</attached_gpus>"
+    return f'<?xml version="1.0" ?>\n<nvidia_smi_log>{head}{gpus}</nvidia_smi_log>\n'
+
+
+IMEX_N_UP = (
+    "Connectivity Table Legend:\n!V! - Version mismatch, communication disabled.\nC - Connected - Ready for operation\n\n"
+    "Nodes:\nNode #0   - 10.0.0.1        - READY                - Version: 580.95\n"
+    "Node #1   - 10.0.0.2        - READY                - Version: 580.95\n\n"
+    " Nodes From\\To  0   1\n       0        C   C\n       1        C   C\n\nDomain State: UP\n"
+)
+
+
+def gb200_node(commands, node, tmp_path, imex_version="580.95.05", ctl_rc=0, ctl_out=IMEX_N_UP, smi_xml=None):
+    gb200_pci = tuple((bus.lower()[4:], "0x10de", "0x030200") for bus in GB200_BUSES)
+    node(driver_text="NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build  (dvs-builder@U22)  Tue Sep 23 2025\n", pci=gb200_pci)
+    (tmp_path / "proc/driver/nvidia/params").write_text('ResmanDebugLevel: 4294967295\nCoherentGPUMemoryMode: "driver"\n')
+    (tmp_path / "etc/nvidia-imex").mkdir(parents=True)
+    (tmp_path / "etc/nvidia-imex/nodes_config.cfg").write_text("10.0.0.1\n10.0.0.2")  # no final newline: a file read whole is not cut
+    smi = commands.tool("nvidia-smi")
+    systemctl = commands.tool("systemctl", "/usr/bin/systemctl")
+    imex = commands.tool("nvidia-imex", "/usr/bin/nvidia-imex")
+    ctl = commands.tool("nvidia-imex-ctl", "/usr/bin/nvidia-imex-ctl")
+    commands.on([smi, "-q", "-x"], stdout=smi_xml or gb200_xml())
+    commands.on([systemctl, "is-active", "nvidia-fabricmanager", "nvidia-persistenced"], rc=3, stdout="inactive\nactive\n")
+    commands.on([systemctl, "is-active", "nvidia-imex"], stdout="active\n")
+    commands.on([imex, "--version"], stdout=f"IMEX version is: {imex_version}\n")
+    commands.on([ctl, "-N"], rc=ctl_rc, stdout=ctl_out)
+
+
+def test_gb200_tray_facts_fabric_domain_imex_cdmm(commands, node, run_module, tmp_path):
+    gb200_node(commands, node, tmp_path)
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus", "imex"]})["ansible_facts"]["gpufleet"]
+    assert [gpu["fabric"]["cluster_uuid"] for gpu in facts["gpus"]] == [GB200_DOMAIN] * 4
+    assert facts["gpus"][0]["addressing_mode"] == "ATS"
+    assert facts["nvlink"] == {"cluster_uuid": GB200_DOMAIN, "clique_id": 2, "multi_node": True, "fabric_ok": True, "problems": []}
+    assert facts["cdmm"] == {"mode": "driver", "enabled": True}
+    imex = facts["imex"]
+    assert (imex["installed"], imex["version"], imex["matches_driver"], imex["service_state"]) == (True, "580.95.05", True, "active")
+    assert imex["nodes_config"] == ["10.0.0.1", "10.0.0.2"]
+    assert imex["domain"]["domain_up"] is True and imex["problems"] == []
+    assert sorted(call["argv"] for call in commands.calls) == [
+        ["/usr/bin/nvidia-imex", "--version"],
+        ["/usr/bin/nvidia-imex-ctl", "-N"],
+        ["/usr/bin/nvidia-smi", "-q", "-x"],
+        ["/usr/bin/systemctl", "is-active", "nvidia-fabricmanager", "nvidia-persistenced"],
+        ["/usr/bin/systemctl", "is-active", "nvidia-imex"],
+    ]
+
+
+def test_gb200_tray_problems_are_reported(commands, node, run_module, tmp_path):
+    """IMEX one release off, its daemon down, GPUs that disagree on the domain: facts, not a failed task."""
+    uuids = (GB200_DOMAIN,) * 3 + ("6a1b2c3d-0000-4000-8000-00000000000b",)
+    gb200_node(commands, node, tmp_path, imex_version="580.82.07", ctl_rc=1, ctl_out="", smi_xml=gb200_xml(uuids=uuids, status="Insufficient Resources"))
+    facts = run_module(gpu_facts.main, {"gather_subset": ["driver", "gpus", "imex"]})["ansible_facts"]["gpufleet"]
+    assert facts["nvlink"]["cluster_uuid"] is None and facts["nvlink"]["fabric_ok"] is False
+    assert any("different ClusterUUIDs" in line for line in facts["nvlink"]["problems"])
+    assert any("Insufficient Resources" in line for line in facts["nvlink"]["problems"])
+    assert facts["imex"]["matches_driver"] is False and facts["imex"]["domain"] is None
+    assert any("install nvidia-imex=580.95.05" in line for line in facts["imex"]["problems"])
+
+
+def test_gb200_garbled_imex_ctl_fails_naming_the_tool(commands, node, run_module, tmp_path):
+    gb200_node(commands, node, tmp_path, ctl_out=IMEX_N_UP.replace("       1        C   C\n", "       1        C\n"))
+    result = run_module(gpu_facts.main, {"gather_subset": ["imex"]})
+    assert result["failed"] is True
+    assert "nvidia-imex-ctl -N printed unexpected output" in result["msg"] and "connectivity row" in result["msg"]
+
+
+def test_hgx_node_reports_imex_absent_not_an_error(commands, node, run_module):
+    full_node(commands, node)
+    facts = run_module(gpu_facts.main, {})["ansible_facts"]["gpufleet"]
+    assert facts["imex"]["installed"] is False and facts["imex"]["problems"] == []
+    assert facts["cdmm"] == {"mode": None, "enabled": None}
+    assert facts["nvlink"]["multi_node"] is None  # the own H100 fixture has no Fabric block
+    assert facts["commands_run"] == 5

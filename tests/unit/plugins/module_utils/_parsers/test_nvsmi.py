@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import nvsmi
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
 
-from tests.conftest import OWN, REAL, real_params
+from tests.conftest import OWN, REAL, real_files, real_params
 
 MASKED_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 CAPTURES = "nvgpuexp_captures"
@@ -1360,3 +1360,143 @@ def test_xml_the_parser_cannot_take_is_a_parse_error(text):
     """Issue 21: every XML parse ends in a result or a ParseError (UnicodeError and RecursionError included)."""
     with pytest.raises(ParseError, match=r"^nvidia-smi -q -x: "):
         nvsmi.parse_xml(text)
+
+
+# --- Fabric block (GB200 / GB300 NVL72, HGX B200 / H100; issue 23) ----------------------------------------------------------
+
+# Per real gb200 -q -x capture: (GPUs, addressing mode, (state, status, clique id, cluster uuid, health, multi_node) of every GPU).
+GB200_XML = {
+    "nvsmi_qx_4xGB200_p6e-gb200_580.173.02_k8s-test-infra_SCRUBBED-IDS.xml": (
+        4,
+        "ATS",
+        ("Completed", "Success", 2, "00000001-0000-0000-0000-000000000001", "Healthy", True),
+    ),
+    "nvsmi_qx_8xB200_580.105.08_k8s-test-infra_SCRUBBED-IDS.xml": (
+        8,
+        None,
+        ("Completed", "Success", 0, "00000000-0000-0000-0000-000000000000", "Healthy", False),
+    ),
+    "nvsmi_qx_8xH100-80GB-HBM3_580.105.08_k8s-test-infra_SCRUBBED-IDS.xml": (
+        8,
+        "HMM",
+        ("Completed", "Success", 0, "00000000-0000-0000-0000-000000000000", None, False),
+    ),
+}
+ZERO = nvsmi.ZERO_UUID
+parse_xml = nvsmi.parse_xml
+parse_query_text = nvsmi.parse_query_text
+_FABRIC_KEYS = ("state", "status", "clique_id", "cluster_uuid", "health", "multi_node")
+
+
+def test_every_gb200_xml_is_known():
+    files = real_files("gb200/nvidia-smi/*.xml")
+    if not files:
+        pytest.skip("../shared/fixtures/real is absent")
+    assert {path.name for path in files} == set(GB200_XML)
+
+
+@pytest.mark.parametrize("path", real_params("gb200/nvidia-smi/*.xml"))
+def test_gb200_xml_fabric(path):
+    count, addressing, fabric = GB200_XML[path.name]
+    gpus = parse_xml(path.read_text(encoding="utf-8"))["gpus"]
+    assert len(gpus) == count
+    for gpu in gpus:
+        assert gpu["addressing_mode"] == addressing
+        assert tuple(gpu["fabric"][key] for key in _FABRIC_KEYS) == fabric
+
+
+def _fabric_block(text):
+    """The first GPU's Fabric block of a -q capture, whole lines."""
+    lines = text[text.index("    Fabric\n") :].splitlines()
+    end = next(i for i, line in enumerate(lines[1:], 1) if not line.startswith("        "))
+    return "\n".join(lines[:end]) + "\n"
+
+
+def test_fabric_insufficient_resources_text_excerpt():
+    """The Azure excerpt (de-indented by its author): a failed join shows as Status, with CliqueId 0 and the zero UUID."""
+    files = real_files("gb200/nvidia-smi/nvsmi_q_Fabric_Insufficient-Resources*")
+    if not files:
+        pytest.skip("../shared/fixtures/real is absent")
+    text = files[0].read_text(encoding="utf-8")
+    with pytest.raises(ParseError, match="Driver Version"):
+        parse_query_text(text)  # an excerpt: never read as a whole nvidia-smi -q
+    fabric = parse_query_text(text, strict=False)["gpus"][0]["fabric"]
+    assert tuple(fabric[key] for key in _FABRIC_KEYS) == ("Completed", "Insufficient Resources", 0, "00000000-0000-0000-0000-000000000000", None, False)
+
+
+def test_fabric_text_of_the_h100_capture_matches_its_xml_shape():
+    files = real_files("nvgpuexp_captures/FULL__linux-x86_64__nvidia-h100-80gb-hbm3__*.txt")
+    if not files:
+        pytest.skip("../shared/fixtures/real is absent")
+    text = files[0].read_text(encoding="utf-8")
+    block = _fabric_block(text)
+    fabric = parse_query_text(block, strict=False)["gpus"][0]["fabric"]
+    assert tuple(fabric[key] for key in _FABRIC_KEYS) == ("Completed", "Success", 0, "00000000-0000-0000-0000-000000000000", None, False)
+
+
+def test_fabric_all_na_is_none():
+    """Windows / no NVLink: every Fabric row N/A is no fabric, not a fabric in an unknown state."""
+    files = real_files("nvgpuexp_captures/FULL__windows-x86_64__nvidia-geforce-rtx-2080-super__610.62.txt")
+    if not files:
+        pytest.skip("../shared/fixtures/real is absent")
+    text = files[0].read_text(encoding="utf-8")
+    block = _fabric_block(text)
+    assert parse_query_text(block, strict=False)["gpus"][0]["fabric"] is None
+
+
+FABRIC_TEXT = """Fabric
+    State                             : {state}
+    Status                            : {status}
+    CliqueId                          : {clique}
+    ClusterUUID                       : {uuid}
+    Health
+        Summary                       : {health}
+"""
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (("In Progress", "N/A", "0", "00000000-0000-0000-0000-000000000000", "N/A"), ("In Progress", None, 0, ZERO, None, False)),
+        (
+            ("Completed", "Success", "7", "6A1B2C3D-0000-4000-8000-00000000BEEF", "Unhealthy"),
+            ("Completed", "Success", 7, "6a1b2c3d-0000-4000-8000-00000000beef", "Unhealthy", True),
+        ),
+        (("Completed", "Success", "N/A", "N/A", "Healthy"), ("Completed", "Success", None, None, "Healthy", None)),
+    ],
+)
+def test_fabric_text_table(values, expected):
+    state, status, clique, uuid, health = values
+    text = FABRIC_TEXT.format(state=state, status=status, clique=clique, uuid=uuid, health=health)
+    fabric = parse_query_text(text, strict=False)["gpus"][0]["fabric"]
+    assert tuple(fabric[key] for key in _FABRIC_KEYS) == expected
+
+
+@pytest.mark.parametrize(
+    ("clique", "uuid", "field"),
+    [
+        ("2x", "00000001-0000-0000-0000-000000000001", "CliqueId"),
+        ("-1", "00000001-0000-0000-0000-000000000001", "CliqueId"),
+        ("2", "00000001-0000-0000-0000-00000000000", "ClusterUUID"),  # one digit short: garbled, never a different domain
+        ("2", "00000001-0000-0000-0000", "ClusterUUID"),
+    ],
+)
+def test_fabric_garbled_is_an_error_naming_the_field(clique, uuid, field):
+    text = FABRIC_TEXT.format(state="Completed", status="Success", clique=clique, uuid=uuid, health="Healthy")
+    with pytest.raises(ParseError, match=field):
+        parse_query_text(text, strict=False)
+    xml = (
+        '<?xml version="1.0" ?><nvidia_smi_log><driver_version>580.95.05</driver_version><gpu id="00000008:01:00.0">'
+        f"<fabric><state>Completed</state><status>Success</status><cliqueId>{clique}</cliqueId><clusterUuid>{uuid}</clusterUuid></fabric>"
+        "</gpu></nvidia_smi_log>"
+    )
+    with pytest.raises(ParseError, match=field):
+        parse_xml(xml)
+
+
+def test_fabric_cut_inside_the_cluster_uuid_is_refused():
+    text = "Driver Version : 580.95.05\n\nGPU 00000008:01:00.0\n" + "\n".join("    " + line for line in FABRIC_TEXT.splitlines())
+    text = text.format(state="Completed", status="Success", clique="2", uuid="00000001-0000-0000-0000-000000000001", health="Healthy")
+    cut = text[: text.index("000000000001") + 6]
+    with pytest.raises(ParseError):
+        parse_query_text(cut)

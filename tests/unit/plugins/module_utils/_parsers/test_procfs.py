@@ -10,6 +10,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.procfs
     parse_gpus_information,
     parse_lsmod,
     parse_modinfo,
+    parse_nvidia_params,
 )
 
 from tests.conftest import OWN, REAL, real_files, real_params
@@ -361,3 +362,47 @@ def test_container_cli_field_cut_is_an_error(real_dir):
         for prefix in _line_cuts(text, needle):
             with pytest.raises(ParseError, match=rf"^nvidia-container-cli info: the output was cut short in {key}: \(its last line"):
                 parse_container_cli_info(prefix)
+
+
+# --- /proc/driver/nvidia/params: CDMM (issue 23) -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", real_params("gb200/cdmm/*"))
+def test_real_params_cdmm(path):
+    """The real capture keeps its `$ grep Coherent ...` prompt line: skipped, the mode read."""
+    result = parse_nvidia_params(path.read_text(encoding="utf-8"))
+    assert (result["cdmm_mode"], result["cdmm"], result["params"]) == ("driver", True, {"CoherentGPUMemoryMode": "driver"})
+
+
+def test_own_params_cdmm():
+    result = parse_nvidia_params((OWN / "procfs" / "proc_driver_nvidia_params_cdmm-driver.txt").read_text())
+    assert result["cdmm"] is True and result["params"]["RegistryDwords"] == "" and result["params"]["ResmanDebugLevel"] == "4294967295"
+
+
+@pytest.mark.parametrize(
+    ("text", "mode", "cdmm"),
+    [
+        ("ResmanDebugLevel: 4294967295\n", None, None),  # before R580: no such parameter, not "off"
+        ('CoherentGPUMemoryMode: "numa"\n', "numa", False),
+        ('CoherentGPUMemoryMode: "Driver"\n', "Driver", True),
+        ("CoherentGPUMemoryMode: driver\n", "driver", True),
+    ],
+)
+def test_params_cdmm_table(text, mode, cdmm):
+    result = parse_nvidia_params(text)
+    assert (result["cdmm_mode"], result["cdmm"]) == (mode, cdmm)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('CoherentGPUMemoryMode: "driv', "cut short"),
+        ('CoherentGPUMemoryMode: "driv\n', "CoherentGPUMemoryMode"),
+        ("garbage line\n", "line 1"),
+        ("", "no 'Name: value'"),
+        ("$ grep Coherent /proc/driver/nvidia/params\n", "no 'Name: value'"),
+    ],
+)
+def test_params_bad(text, field):
+    with pytest.raises(ParseError, match=field):
+        parse_nvidia_params(text)
