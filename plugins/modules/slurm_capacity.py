@@ -24,6 +24,9 @@ description:
   - Otherwise the task polls every O(poll_interval) seconds for at most O(wait_timeout) seconds and then fails with the unavailable
     nodes, their state, reason and whose they are (this rollout's, by its reason marker, or others'), the budget and what to do.
   - >-
+    With O(spread_by), each O(admit) node must also leave at most O(max_per_domain) nodes of its domain value out of service at
+    once (the sliding window of a rollout admits one node at a time, as soon as it fits).
+  - >-
     Reading and draining are two steps: two admissions at once (two slices of one AWX job, two controllers) could both read the
     same free capacity and both drain. With O(drain_admitted=true) the admission itself drains the admitted nodes (with this
     rollout's marker, which the rollout's own drain then takes over), and it reads, judges and drains under a Slurm reservation
@@ -96,6 +99,36 @@ options:
     description: The text after the marker in the drain's reason (one line, 1 to 200 characters).
     type: str
     default: admitted by slurm_capacity
+    version_added: 0.2.0
+  spread_by:
+    description:
+      - Domain variables (for example V(rack)) whose values bound how many nodes may be out of service at once
+        (O(max_unavailable) still holds). Each O(admit) node is admitted only when at most O(max_per_domain) nodes of its value,
+        with it, are out; nodes whose domain O(domains) does not give do not count for any domain.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
+  domains:
+    description: "Each pool node's domain values, C({node: {variable: value}}) (the wave plan's C(domains), by Slurm node name)."
+    type: dict
+    default: {}
+    version_added: 0.2.0
+  max_per_domain:
+    description: How many nodes of one value of each O(spread_by) variable may be out of service at once.
+    type: int
+    default: 1
+    version_added: 0.2.0
+  read_jobs:
+    description:
+      - Also read each pool node's running jobs (C(squeue), one call) and return RV(job_ends), the latest end time of each busy node.
+        The rollout orders its nodes by it (idle nodes and nodes whose jobs end first go first).
+    type: bool
+    default: false
+    version_added: 0.2.0
+  squeue_path:
+    description: The C(squeue) binary (O(read_jobs)); found on the C(PATH) when not given.
+    type: path
     version_added: 0.2.0
   scontrol_path:
     description: The C(scontrol) binary; found on the C(PATH) when not given.
@@ -185,6 +218,18 @@ samples:
   returned: always
   type: int
   sample: 1
+waited_why:
+  description: Why O(admit) did not fit at the first read that refused it (the budget, or a domain rule); empty when it fit at once.
+  returned: always
+  type: str
+  sample: "gpu-05: 2 of the budget of 2 nodes are out of service (gpu-01, gpu-02): no slot is free"
+job_ends:
+  description:
+    - With O(read_jobs), the latest end time Slurm gives the running jobs of each busy pool node (ISO 8601, the Slurm
+      controller's local time), or C(Unknown) when a job has none; idle nodes are left out.
+  returned: when O(read_jobs) is true
+  type: dict
+  sample: {gpu-03: "2026-12-05T19:30:00", gpu-07: Unknown}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -205,6 +250,11 @@ def main():
             scontrol_path=dict(type="path"),
             drain_admitted=dict(type="bool", default=False),
             drain_reason=dict(type="str", default="admitted by slurm_capacity"),
+            spread_by=dict(type="list", elements="str", default=[]),
+            domains=dict(type="dict", default={}),
+            max_per_domain=dict(type="int", default=1),
+            read_jobs=dict(type="bool", default=False),
+            squeue_path=dict(type="path"),
         ),
         supports_check_mode=True,
     )

@@ -20,6 +20,11 @@ the admission closes that gap in the scheduler itself: under a Slurm reservation
 name is unique in slurmctld, so creating it is an atomic test-and-set; it expires by itself after
 ``MUTEX_MINUTES`` if its holder dies), it reads, judges and drains the admitted nodes with this rollout's
 marker before it lets the next caller read. The next reader sees them drained.
+
+The sliding window (``window.admission``) admits the ``admit`` nodes one by one onto the nodes out now: each must
+fit the budget and, with ``spread_by``, at most ``max_per_domain`` nodes of its domain value out at once (the
+``domains`` of the nodes given). ``read_jobs`` also reads each pool node's running jobs' latest end time
+(``squeue``), which orders the rollout (idle nodes and nodes whose jobs end first go first).
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._commo
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.slurm import parse_show_nodes
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import clock as _clock
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import ids as _ids
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError, max_unavailable_count
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Scontrol, ToolError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError, max_unavailable_count, whole_count
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.window import admission
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Scontrol, Tool, ToolError
 
 CALL_TIMEOUT = 60  # one scontrol call answers within MessageTimeout (10 s by default); allow for a slow controller
 MAX_WAIT = 86400
@@ -67,6 +73,13 @@ class CapacityError(ToolError):
 
 class CapacityScontrol(Scontrol):
     # The reason's [user@time] is read in ISO 8601 whatever SLURM_TIME_FORMAT the user's shell sets.
+    env = (("SLURM_TIME_FORMAT", "standard"),)
+
+
+class CapacitySqueue(Tool):
+    # Job end times in ISO 8601 (they order the rollout), whatever SLURM_TIME_FORMAT the user's shell sets.
+    binary = "squeue"
+    label = "squeue"
     env = (("SLURM_TIME_FORMAT", "standard"),)
 
 
@@ -133,6 +146,7 @@ def check_params(params):
     drain_reason = params.get("drain_reason") or "admitted by slurm_capacity"
     if not isinstance(drain_reason, str) or not DRAIN_REASON.fullmatch(drain_reason):
         raise CapacityArgumentError(f"drain_reason {drain_reason!r} must be one line of 1 to 200 characters", option="drain_reason")
+    spread_by, domains, max_per_domain = _spread(params, pool)
     if drain_admitted and rollout_id is None:
         raise CapacityArgumentError("drain_admitted needs rollout_id: the drain carries the rollout's marker (OWNER_TAG:ROLLOUT_ID: TEXT), so "
                                     "that the rollout's own drain takes it over and only this rollout resumes it", option="rollout_id")
@@ -147,7 +161,31 @@ def check_params(params):
         "owner_tag": owner_tag,
         "drain_admitted": drain_admitted,
         "drain_reason": f"{owner_tag}:{rollout_id}: {drain_reason}" if drain_admitted else None,
+        "spread_by": spread_by,
+        "domains": domains,
+        "max_per_domain": max_per_domain,
+        "read_jobs": bool(params.get("read_jobs", False)),
     }
+
+
+def _spread(params, pool):
+    """``(spread_by, domains, max_per_domain)`` checked: variable names, ``{pool node: {variable: value}}``, a count."""
+    spread_by = params.get("spread_by") or []
+    if isinstance(spread_by, str) or not isinstance(spread_by, (list, tuple)) or not all(isinstance(n, str) and n for n in spread_by):
+        raise CapacityArgumentError(f"spread_by must be a list of domain variable names (for example [rack]), not {spread_by!r}", option="spread_by")
+    domains = params.get("domains") or {}
+    if not isinstance(domains, dict):
+        raise CapacityArgumentError(f"domains must be a dict of Slurm node name: {{variable: value}}, not {type(domains).__name__}", option="domains")
+    members = set(pool)
+    domains = {node: values for node, values in domains.items() if node in members}  # others' domains cannot be out of the pool
+    for node, values in domains.items():
+        if not isinstance(values, dict) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values.values()):
+            raise CapacityArgumentError(f"domains of {node} must be a dict of variable: value (a string or number each)", option="domains")
+    try:
+        max_per_domain = whole_count(params.get("max_per_domain", 1), "max_per_domain")
+    except BudgetError as exc:
+        raise CapacityArgumentError(str(exc), option="max_per_domain") from None
+    return list(spread_by), {node: dict(values) for node, values in domains.items()}, max_per_domain
 
 
 # --- reading and judging ------------------------------------------------------------------------------------
@@ -206,7 +244,84 @@ def assess(nodes, options):
                                 "ours": is_ours(node["reason"], options["owner_tag"], options["rollout_id"])})
     out = {entry["node"] for entry in unavailable}
     counted = len(out | set(options["admit"]))
-    return {"unavailable": unavailable, "counted": counted, "admitted": counted <= options["budget"]}
+    # One by one onto the nodes out now: each must fit the budget and its domains (all of admit, or none).
+    taken, why = set(out), ""
+    for name in options["admit"]:
+        verdict = admission(name, taken, options["budget"], options.get("domains"), options.get("spread_by"), options.get("max_per_domain", 1))
+        if not verdict["admit"]:
+            why = f"{name}: {verdict['why']}"
+            break
+        taken.add(name)
+    admitted = not why and counted <= options["budget"]  # the nodes out alone may exceed it: then nothing fits
+    return {"unavailable": unavailable, "counted": counted, "admitted": admitted, "why": why}
+
+
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+_BRACKET = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<tail>.*)$")
+
+
+def expand_hostlist(text):
+    """A Slurm hostlist (``gpu-[01-03,07],cpu1``) as node names; CapacityError when it cannot be read."""
+    items, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    names = []
+    for item in items:
+        names.extend(_expand_item(item.strip()))
+    return [name for name in names if name]
+
+
+def _expand_item(item):
+    match = _BRACKET.match(item)
+    if not match:
+        if "[" in item or "]" in item:
+            raise CapacityError(f"squeue printed the node list {item!r}, which is not a hostlist")
+        return [item]
+    heads = []
+    for part in match.group("ranges").split(","):
+        low, _dash, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)) or (high and int(high) - int(low) > MAX_POOL):
+            raise CapacityError(f"squeue printed the node list {item!r}, whose range {part!r} cannot be read")
+        for number in range(int(low), int(high or low) + 1):
+            heads.append(f"{match.group('head')}{number:0{len(low)}d}")
+    return [head + rest for head in heads for rest in _expand_item(match.group("tail"))]
+
+
+def parse_job_ends(text, pool):
+    """``{node: end}`` of ``squeue -h -o '%e|%N'``: each pool node's latest job end (ISO 8601), or "Unknown" when a job has none."""
+    ends = {}
+    members = set(pool)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        end, sep, nodes = line.partition("|")
+        if not sep:
+            raise CapacityError(f"squeue printed {line[:200]!r}, not END|NODELIST")
+        end = end.strip() if _ISO.fullmatch(end.strip()) else "Unknown"
+        for node in expand_hostlist(nodes.strip()):
+            if node not in members:
+                continue
+            known = ends.get(node)
+            if known == "Unknown" or (known is not None and end != "Unknown" and known >= end):
+                continue
+            ends[node] = end
+    return ends
+
+
+def read_job_ends(squeue, pool):
+    """Each pool node's latest running job's end from one ``squeue`` call; idle nodes are left out."""
+    argv = ["-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%e|%N"]
+    rc, out, err = squeue.run(argv, ok_rcs=None, timeout=CALL_TIMEOUT)
+    if rc != 0:
+        raise CapacityError(f"squeue failed with exit status {rc}: {(err or out).strip()[:500]}", cmd=[squeue.path, *argv], rc=rc, stdout=out,
+                            stderr=err)
+    return parse_job_ends(out, pool)
 
 
 def describe(entry):
@@ -222,6 +337,11 @@ def refusal(options, found, waited, samples):
     if len(unavailable) > LISTED:
         listed += f"; and {len(unavailable) - LISTED} more"
     wave = f" and this wave would take out {len(adding)} more ({', '.join(adding[:LISTED])})" if adding else ""
+    if found.get("why") and found["counted"] <= options["budget"]:  # within the budget: a domain rule holds it
+        when = f"after waiting {waited:.0f} s" if options["wait_timeout"] else "(wait_timeout 0: no wait)"
+        return (f"capacity admission refused {when}: "
+                f"{found['why']}. Nothing was changed. To go on: wait for a node of that domain to come back, or raise "
+                "gpufleet_wave_max_per_domain")
     waited_text = f"after waiting {waited:.0f} s ({samples} reads of Slurm)" if options["wait_timeout"] else "(wait_timeout 0: no wait)"
     return (
         f"capacity admission refused {waited_text}: {len(unavailable)} of the {len(options['pool'])} pool nodes are unavailable{wave}, "
@@ -310,6 +430,15 @@ def _admit_once(scontrol, options, mutex, check_mode):
         mutex.release()
 
 
+def _why_not(options, found):
+    """Why the admit nodes do not fit this reading ('' when they do): the domain rule, or the budget's count."""
+    if found["admitted"]:
+        return ""
+    if found.get("why"):
+        return found["why"]
+    return f"{found['counted']} nodes would be out, over the budget of {options['budget']}"
+
+
 def run(module, params, clock=None):
     """Read Slurm until the wave fits the budget or ``wait_timeout`` passes; the module's result, or CapacityError (with ``result``)."""
     options = check_params(params)
@@ -318,7 +447,7 @@ def run(module, params, clock=None):
     mutex = AdmissionMutex(scontrol, options["owner_tag"], sorted(options["pool"])[0]) if options["drain_admitted"] and options["admit"] else None
     started = clock.now()
     samples = 0
-    found, drained, contended = None, [], 0
+    found, drained, contended, waited_why = None, [], 0, ""
     while True:
         try_found, drained = _admit_once(scontrol, options, mutex, module.check_mode)
         if try_found is None:
@@ -326,6 +455,7 @@ def run(module, params, clock=None):
         else:
             found = try_found
             samples += 1
+            waited_why = waited_why or _why_not(options, found)
         waited = max(0.0, clock.now() - started)
         if (found is not None and (found["admitted"] or module.check_mode)) or waited >= options["wait_timeout"]:
             break
@@ -346,7 +476,10 @@ def run(module, params, clock=None):
         "drained": drained,
         "waited_s": round(waited, 3),
         "samples": samples,
+        "waited_why": waited_why if waited_why and (samples > 1 or not found["admitted"]) else "",
     }
+    if options["read_jobs"]:
+        result["job_ends"] = read_job_ends(CapacitySqueue(module, path=params.get("squeue_path"), required=True), options["pool"])
     if mutex is not None and mutex.notes:
         result["warnings_text"] = list(mutex.notes)
     if module.check_mode and options["drain_admitted"] and found["admitted"]:

@@ -27,6 +27,7 @@ import re
 from collections import Counter, OrderedDict, deque
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError, max_unavailable_count, percent, whole_count
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.window import merge_gates
 
 DEFAULT_WAVES = ("10%", "25%", "100%")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -148,7 +149,7 @@ def _domains(hosts, hostvars, names):
     return domains
 
 
-def _cap(max_unavailable, pool_size, unavailable, host_count, notes):
+def _cap(max_unavailable, pool_size, unavailable, host_count, notes, gates=False):
     """``(budget, cap)``: the budget resolved against the pool, and how many hosts one wave may hold (None: no budget)."""
     if isinstance(unavailable, (list, tuple)):
         # A node named twice is one node out of service, not two (a list merged from two sources).
@@ -175,7 +176,8 @@ def _cap(max_unavailable, pool_size, unavailable, host_count, notes):
             argument="unavailable",
         )
     if out:
-        notes.append(f"{out} of the budget of {budget} are already unavailable: a wave holds at most {cap} nodes")
+        held = f"at most {cap} of ours go out at once while they stay out" if gates else f"a wave holds at most {cap} nodes"
+        notes.append(f"{out} of the budget of {budget} are already unavailable: {held}")
     return budget, cap
 
 
@@ -279,8 +281,15 @@ def _explicit_canary(canary, hosts, domains, names, per, cap):
 
 
 def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, spread_by=None, max_per_domain=None,
-               max_unavailable=None, pool_size=None, unavailable=0):
-    """The plan: ``{"canary", "waves", "sizes", "order", "domains", "budget", "notes"}`` (PlanError on unusable arguments)."""
+               max_unavailable=None, pool_size=None, unavailable=0, gates=False):
+    """The plan: ``{"canary", "waves", "gate_of", "sizes", "order", "domains", "budget", "notes"}`` (PlanError on unusable arguments).
+
+    ``gate_of``: each host's wave (0 for the canary).
+
+    With ``gates`` the waves are the sliding window's gates (where the rollout pauses, not how many nodes go out at
+    once): sized by ``waves`` alone, neither cut to the budget nor spread over domains (the admission of each node
+    keeps both), at most ``window.MAX_GATES`` of them (the rest join the last, with a note).
+    """
     hosts = _host_list(hosts)
     specs = _wave_specs(waves)
     names = _spread_vars(spread_by)
@@ -291,7 +300,7 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
         per = whole_count(max_per_domain, "max_per_domain")
         if not names:
             notes.append("max_per_domain has no effect without spread_by")
-    budget, cap = _cap(max_unavailable, pool_size, unavailable, len(hosts), notes)
+    budget, cap = _cap(max_unavailable, pool_size, unavailable, len(hosts), notes, gates)
     domains = _domains(hosts, hostvars, names)
     index = {host: position for position, host in enumerate(hosts)}
 
@@ -318,7 +327,17 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
     base = pool.size
     planned = []
     capped = spread_cut = 0
-    while pool.size:
+    if gates:
+        taken = set(chosen)
+        rest = [host for host in hosts if host not in taken]
+        while rest:
+            size = _resolve(specs[min(len(planned), len(specs) - 1)], base)
+            planned.append(rest[:size])
+            rest = rest[size:]
+        planned, merged = merge_gates(planned)
+        if merged:
+            notes.append(merged)
+    while pool.size and not gates:
         nominal = _resolve(specs[min(len(planned), len(specs) - 1)], base)
         size = nominal if cap is None else min(nominal, cap)
         capped += size < nominal
@@ -332,7 +351,11 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
     order = list(chosen)
     for wave in planned:
         order.extend(wave)
+    gate_of = {host: 0 for host in chosen}
+    for number, wave in enumerate(planned, start=1):
+        gate_of.update({host: number for host in wave})
     return {
+        "gate_of": gate_of,
         "canary": chosen,
         "waves": planned,
         "sizes": [len(chosen)] + [len(wave) for wave in planned],

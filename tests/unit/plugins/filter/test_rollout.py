@@ -70,7 +70,8 @@ def test_one_value_is_a_list_of_one_and_digit_strings_count():
 
 def test_a_single_host_is_all_canary():
     plan = wave_plan(["gpu-01"], {})
-    assert plan == {"canary": ["gpu-01"], "waves": [], "sizes": [1], "order": ["gpu-01"], "domains": {"gpu-01": {}}, "budget": None, "notes": []}
+    assert plan == {"canary": ["gpu-01"], "waves": [], "sizes": [1], "order": ["gpu-01"], "domains": {"gpu-01": {}}, "budget": None, "notes": [],
+                    "gate_of": {"gpu-01": 0}}
 
 
 def test_the_plan_is_deterministic():

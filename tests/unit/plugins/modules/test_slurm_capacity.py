@@ -297,3 +297,63 @@ def test_bad_options_are_refused_before_any_command(slurm, run_module, extra, wo
     assert result["failed"] is True
     assert words in result["msg"], result["msg"]
     assert slurm.calls == []
+
+
+# --- the sliding window: domains and job ends ------------------------------------------------------------
+
+RACKS = {name: {"rack": f"r{(int(name[-2:]) - 1) // 2 + 1}"} for name in POOL}  # gpu-01/02 r1, gpu-03/04 r2...
+
+SPREAD = [
+    # out now (node: fixture), admit, max_per_domain, admitted, words of the refusal
+    ({"gpu-01": "idle_fail"}, ["gpu-02"], 1, False, "gpu-02: rack r1 has 1 node(s) out already (gpu-01)"),
+    ({"gpu-01": "idle_fail"}, ["gpu-03"], 1, True, ""),  # another rack goes while r1 is held: no head-of-line wait
+    ({"gpu-01": "idle_fail"}, ["gpu-02"], 2, True, ""),
+    ({}, ["gpu-03", "gpu-04"], 1, False, "gpu-04: rack r2 has 1 node(s) out already (gpu-03)"),  # one wave, one rack
+]
+
+
+@pytest.mark.parametrize(("out", "admit", "per", "admitted", "words"), SPREAD)
+def test_the_domain_rule_bounds_the_nodes_out_of_one_domain(slurm, run_module, out, admit, per, admitted, words):
+    slurm.on(SHOW, stdout=listing(out))
+    result = run_module(slurm_capacity.main, args(admit=admit, spread_by=["rack"], max_per_domain=per, domains=RACKS))
+    assert result["admitted"] is admitted, result
+    if not admitted:
+        assert result["failed"] is True and words in result["msg"] and "gpufleet_wave_max_per_domain" in result["msg"], result["msg"]
+
+
+def test_waited_why_says_what_held_the_node(slurm, run_module, monkeypatch):
+    busy, freed = listing({"gpu-01": "idle_fail", "gpu-02": "down_admin"}), listing({"gpu-01": "idle_fail"})
+    answers(slurm, monkeypatch, [busy, freed])
+    result = run_module(slurm_capacity.main, args(max_unavailable=2, admit=["gpu-05"], wait_timeout=60, poll_interval=5))
+    assert result["admitted"] is True and result["samples"] == 2
+    assert result["waited_why"] == "gpu-05: 2 of the budget of 2 nodes are out of service (gpu-01, gpu-02): no slot is free"
+
+
+SQUEUE = ["/usr/bin/squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%e|%N"]
+
+
+def test_read_jobs_returns_each_busy_nodes_latest_job_end(slurm, run_module):
+    slurm.tool("squeue")
+    slurm.on(SHOW, stdout=listing())
+    slurm.on(SQUEUE, stdout="2026-12-05T19:00:00|gpu-[01-02]\n2026-12-05T21:00:00|gpu-02\nUnknown|gpu-07\n2026-12-05T20:00:00|other-9\n")
+    result = run_module(slurm_capacity.main, args(admit=[], read_jobs=True))
+    assert result["job_ends"] == {"gpu-01": "2026-12-05T19:00:00", "gpu-02": "2026-12-05T21:00:00", "gpu-07": "Unknown"}
+    squeue = next(call for call in slurm.calls if call["argv"][0].endswith("squeue"))
+    assert squeue["environ_update"]["SLURM_TIME_FORMAT"] == "standard"
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("gpu-[01-03,07]", ["gpu-01", "gpu-02", "gpu-03", "gpu-07"]),
+    ("a1,b[8-10]", ["a1", "b8", "b9", "b10"]),
+    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+])
+def test_expand_hostlist(text, names):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.capacity import expand_hostlist
+    assert expand_hostlist(text) == names
+
+
+@pytest.mark.parametrize("text", ["gpu-[03-01]", "gpu-[a-b]", "gpu-[01"])
+def test_a_hostlist_that_cannot_be_read_is_an_error(text):
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.capacity import CapacityError, expand_hostlist
+    with pytest.raises(CapacityError, match="squeue printed the node list"):
+        expand_hostlist(text)
