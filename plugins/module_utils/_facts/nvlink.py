@@ -87,18 +87,19 @@ def imex_facts(version, service_state, nodes_config, domain, driver_version, dom
     None; ``domain_error``: why ``nvidia-imex-ctl -N`` gave none (daemon down). A node without IMEX
     (HGX, PCIe) gets ``installed`` False and no problem.
     """
+    facts = {
+        "installed": version is not None,
+        "version": version,
+        "matches_driver": None,
+        "service_state": service_state,
+        "running": None if service_state is None else service_state == "active",
+        "nodes_config": nodes_config,
+        "domain": None,
+        "domain_error": None,
+        "problems": [],
+    }
     if version is None:
-        return {
-            "installed": False,
-            "version": None,
-            "matches_driver": None,
-            "service_state": service_state,
-            "running": None if service_state is None else service_state == "active",
-            "nodes_config": nodes_config,
-            "domain": None,
-            "domain_error": None,
-            "problems": [],
-        }
+        return facts
     problems = []
     matches = imex_matches_driver(version, driver_version)
     if matches is False:
@@ -123,14 +124,5 @@ def imex_facts(version, service_state, nodes_config, domain, driver_version, dom
             problems.append("the IMEX daemon's node list differs from /etc/nvidia-imex/nodes_config.cfg: restart IMEX after changing the file")
     elif domain_error:
         problems.append(f"nvidia-imex-ctl -N gave no domain state: {domain_error}")
-    return {
-        "installed": True,
-        "version": version,
-        "matches_driver": matches,
-        "service_state": service_state,
-        "running": None if service_state is None else service_state == "active",
-        "nodes_config": nodes_config,
-        "domain": domain,
-        "domain_error": domain_error,
-        "problems": problems,
-    }
+    facts.update(matches_driver=matches, domain=domain, domain_error=domain_error, problems=problems)
+    return facts
