@@ -113,6 +113,15 @@ options:
     type: list
     elements: str
     default: []
+  stage_only:
+    description:
+      - Stage the images without activating them (nvfwupd C(update_fw -u), the BMC's C(StageOnly) update option), so that a
+        GB200 / GB300 NVL72 compute tray keeps serving while the images are pushed and is down only for the activation
+        (the tray's AC power cycle, C(AuxPowerCycle)).
+      - Only with O(bmc.servertype) V(GB200) or V(GB300); refused before any command otherwise. A BMC that does not list
+        C(StageOnly) in its update options makes nvfwupd refuse, and the module fails naming it, with nothing flashed.
+    type: bool
+    default: false
   state:
     description:
       - V(present) brings the components to the package's versions; V(query) only reads (and plans, with O(package));
@@ -293,6 +302,7 @@ ARGUMENT_SPEC = {
     "package": {"type": "path"},
     "checksum": {"type": "str"},
     "targets": {"type": "list", "elements": "str", "default": []},
+    "stage_only": {"type": "bool", "default": False},
     "state": {"type": "str", "choices": ["present", "query", "record"], "default": "present"},
     "allow_downgrade": {"type": "bool", "default": False},
     "timeout": {"type": "int", "default": 1800},

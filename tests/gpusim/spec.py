@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 DEFAULT_TIMING: dict[str, Any] = {"reboot": 5.0, "flash": 3.0, "diag": {1: 2.0, 2: 5.0, 3: 10.0}, "burn": 5.0, "nccl": 2.0,
-                                 "bmc_reset": 3.0}
+                                 "bmc_reset": 3.0, "aux_power_cycle": 6.0}
 DEFAULT_KERNEL = "6.1.0-18-amd64"
 DEFAULT_SSH_PORT = 22
 DEFAULT_LOOPBACK = 10

@@ -29,7 +29,7 @@ REBOOT_REQUEST = "reboot.request"
 DEFAULT_NODE_DIR = "/var/lib/gpusim"
 
 DEFAULT_TIMING = {"reboot": 5.0, "flash": 2.0, "diag": {"1": 1.0, "2": 3.0, "3": 6.0, "4": 10.0},
-                  "burn": 1.0, "nccl": 1.0, "bmc_reset": 3.0}
+                  "burn": 1.0, "nccl": 1.0, "bmc_reset": 3.0, "aux_power_cycle": 6.0}
 DEFAULT_PERF = {"nccl_busbw_gbps": None}  # None: derived from the GPU model and NVLink count
 
 DRIVER_MODULES = ("nvidia", "nvidia_modeset", "nvidia_uvm", "nvidia_drm")
@@ -143,7 +143,7 @@ def new_node_state(node_spec: dict[str, Any], nodes_root: Path | str | None = No
         "installer_log": None,
     }
     state["gpu_firmware"] = firmware.init(state, node_spec.get("gpu_firmware") or "HGX-22.10-1", nvswitch,
-                                          node_spec.get("bmc_firmware"), node_spec.get("bios"))
+                                          node_spec.get("bmc_firmware"), node_spec.get("bios"), tray=model.mnnvl)
     if model.mnnvl:
         _init_mnnvl(state, node_spec, nodes_root)
     if driver:

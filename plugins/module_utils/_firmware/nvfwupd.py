@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import N
 COMPONENT = "gpu_firmware"
 FLASH_ACTIONS = ("update", "downgrade", "replace_staged")
 SERVERTYPES = ("HGX", "DGX", "HGXB100", "GB200", "GB300", "MGX-NVL")
+STAGING_SERVERTYPES = ("GB200", "GB300")  # nvfwupd update_fw -u (StageOnly): its GB200 target only
 FORCE_UPDATE_TIMEOUT = 120  # force_update disable runs after the update's deadline too
 _HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _AP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -98,6 +99,9 @@ def _check_options(params):
     for target in params.get("targets") or []:
         if not _AP_NAME.fullmatch(target):
             raise NvfwupdError(f"targets entry {target!r} is not a firmware inventory name (for example HGX_FW_GPU_SXM_1)")
+    if params.get("stage_only") and bmc.get("servertype") not in STAGING_SERVERTYPES:
+        raise NvfwupdError(f"stage_only needs bmc.servertype {' or '.join(STAGING_SERVERTYPES)} (a GB200 / GB300 compute tray), "
+                           f"not {bmc.get('servertype')}: other platforms have no staged update; leave stage_only false")
     check_timeout(params["timeout"], "timeout")
     interval = params["poll_interval"]
     if not 1 <= interval <= 300:
@@ -115,7 +119,7 @@ def _check_options(params):
     return bmc
 
 
-def _config_document(bmc, targets):
+def _config_document(bmc, targets, stage_only=False):
     doc = {
         "TargetPlatform": bmc["servertype"],
         "BMC_IP": bmc["address"],
@@ -129,6 +133,10 @@ def _config_document(bmc, targets):
         # Multipart: the targets go with this one update (HttpPushUriTargets would stay on the BMC).
         doc["FwUpdateMethod"] = "MultipartHttpPushUri"
         doc["UpdateParametersTargets"] = [INVENTORY_URI + target for target in targets]
+        if stage_only:
+            # nvfwupd's -u adds StageOnly on its GB200 target's own path only; the config's multipart path takes the
+            # update parameters from MultipartOptions (the Targets are added to them).
+            doc["MultipartOptions"] = {"Oem": {"Nvidia": {"UpdateOption": "StageOnly"}}}
     return doc
 
 
@@ -165,7 +173,7 @@ def remove_orphaned_configs(tmpdir):
 
 
 @contextlib.contextmanager
-def private_config(bmc, targets, tmpdir=None):
+def private_config(bmc, targets, tmpdir=None, stage_only=False):
     """A 0700 folder (in ``tmpdir``) holding the 0600 config file; yields ``(folder, config path)``; removed on every exit path.
 
     The folder's lock file stays locked while it is in use (see remove_orphaned_configs).
@@ -178,7 +186,7 @@ def private_config(bmc, targets, tmpdir=None):
         path = os.path.join(folder, "target.yaml")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(_config_document(bmc, targets), handle, ensure_ascii=False)  # JSON is YAML: no quoting to get wrong
+            json.dump(_config_document(bmc, targets, stage_only), handle, ensure_ascii=False)  # JSON is YAML: no quoting to get wrong
         yield folder, path
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -242,6 +250,11 @@ class FirmwareUpdater:
         self.task_ids = []
         # The BMC task's last known status: None before update_fw, "unknown" from when it runs until nvfwupd's answer is read.
         self.task_result = None
+
+    @property
+    def tray(self):
+        """A GB200 / GB300 compute tray (bmc.servertype): its every component activates with the tray's AC power cycle."""
+        return (self.params.get("bmc") or {}).get("servertype") in STAGING_SERVERTYPES
 
     # -- commands -------------------------------------------------------------------------------------
 
@@ -319,7 +332,8 @@ class FirmwareUpdater:
     def _flash(self):
         self.task_result = "unknown"  # from here on the BMC may be flashing
         try:
-            out = self._run(["update_fw", "-p", self.package, "-y", "-b", "-j"], "update_fw")
+            staged = ["-u"] if self.params.get("stage_only") else []
+            out = self._run(["update_fw", "-p", self.package, *staged, "-y", "-b", "-j"], "update_fw")
         except NvfwupdError as exc:
             if exc.details.get("error_code") is not None:
                 self.task_result = "failed"  # nvfwupd's own Error Code: it says the update failed
@@ -474,7 +488,7 @@ class FirmwareUpdater:
         # In the module's Ansible tmp dir: removed by Ansible with it even when this process is killed (SIGKILL).
         tmpdir = self.module.tmpdir
         remove_orphaned_configs(tmpdir)
-        with private_config(self.bmc, self.params.get("targets"), tmpdir) as (folder, self.config):
+        with private_config(self.bmc, self.params.get("targets"), tmpdir, bool(self.params.get("stage_only"))) as (folder, self.config):
             os.chdir(folder)  # nvfwupd writes nvfwupd_log.txt into its working folder
             try:
                 return self._run_with_config()
@@ -496,11 +510,11 @@ class FirmwareUpdater:
         system = self._show_version()
         result = {"changed": False, "commands_run": 0, "system": {k: v for k, v in system["system"].items() if k != "bmc_ip"}}
         if self.params["state"] == "query":
-            rows = nvfwupd_plan.plan(system["components"], None) if self.params.get("package") else []
+            rows = nvfwupd_plan.plan(system["components"], None, self.tray) if self.params.get("package") else []
             result.update(components=system["components"], plan=rows, activation_required=nvfwupd_plan.activations([r for r in rows if r["action"] != "none"]))
             result["commands_run"] = self.commands
             return result
-        rows = nvfwupd_plan.plan(system["components"], self.params.get("targets"))
+        rows = nvfwupd_plan.plan(system["components"], self.params.get("targets"), self.tray)
         packages = system["system"].get("packages") or []
         package_version = packages[0] if len(packages) == 1 else None
         to_flash = [r for r in rows if r["action"] in FLASH_ACTIONS]
@@ -541,7 +555,7 @@ class FirmwareUpdater:
         after_rows = []
         try:
             # the plan inside: a target that the read after the flash no longer lists is a failure with the record too
-            after_rows = nvfwupd_plan.plan(self._show_version()["components"], self.params.get("targets"))
+            after_rows = nvfwupd_plan.plan(self._show_version()["components"], self.params.get("targets"), self.tray)
         except (GpufleetError, ValueError) as exc:
             failure = failure or exc
         after_view = {r["component"]: {"installed": r["installed"], "staged": r["staged"]} for r in after_rows}

@@ -88,8 +88,11 @@ def _action(component):
     return "downgrade" if order > 0 else "update"
 
 
-def plan(components, targets=None):
+def plan(components, targets=None, tray=False):
     """``[{component, installed, staged, package, action, activation}]`` for what the package covers.
+
+    ``tray``: a GB200 / GB300 NVL72 compute tray, whose every component activates with the tray's AC power cycle
+    (the BMC's AuxPowerCycle, as NVIDIA's GB300 compute flow files do after flashing): ``ac_power_cycle`` for all.
 
     ``action``: ``none`` (at the package's version), ``activate`` (the package's version is staged),
     ``update``, ``downgrade``, ``replace_staged`` (at the package's version with another one staged).
@@ -116,7 +119,8 @@ def plan(components, targets=None):
                 "staged": component.get("staged_version"),
                 "package": component["pkg_version"],
                 "action": action,
-                "activation": "none" if action in ("none", "replace_staged") else activation_for(component["ap"]),
+                "activation": "none" if action in ("none", "replace_staged") else
+                DEFAULT_ACTIVATION if tray else activation_for(component["ap"]),
             }
         )
     return rows

@@ -12,6 +12,14 @@ Managers with Manager.Reset, UpdateService (HttpPushUri, MultipartHttpPushUri,
 HttpPushUriOptions.ForceUpdate, HttpPushUriTargets) with its FirmwareInventory, and TaskService.
 Resets are carried out by the fleet supervisor (state.request_reboot): host restart, power off/on,
 AC power cycle; a Manager.Reset makes this BMC stop answering for timing.bmc_reset seconds.
+
+A GB200 / GB300 NVL72 compute tray (gpusim.firmware.is_tray) follows NVIDIA's GB300 compute flow files and
+nvfwupd's GB200 target: Chassis/BMC_0 has the Oem action NvidiaChassis.AuxPowerReset (ResetType AuxPowerCycle), the
+tray's AC power cycle that activates its staged firmware, after which the BMC does not answer for
+timing.aux_power_cycle seconds (the flow files wait 180 s); UpdateService advertises
+Oem.Nvidia.MultipartHttpPushUriOptions.UpdateOptionSupport [StageAndActivate, StageOnly] and a multipart update's
+UpdateParameters may carry Oem.Nvidia.UpdateOption: StageOnly leaves the images staged for the next power cycle
+(the tray serves meanwhile), StageAndActivate power-cycles the tray itself once the task completes.
 """
 
 from __future__ import annotations
@@ -39,6 +47,10 @@ IMAGE_LIMIT = 64 << 20  # bytes of an uploaded firmware package
 SESSION_LIMIT = 64
 SESSION_IDLE_S = 1800
 DEFAULT_BMC_RESET_S = 3.0
+DEFAULT_AUX_POWER_CYCLE_S = 6.0  # the flow files wait 180 s; the simulated fleet's timing scales it
+AUX_RESET_TYPES = ["AuxPowerCycle"]
+UPDATE_OPTIONS = ["StageAndActivate", "StageOnly"]
+AUX_POWER_RESET = "Actions/Oem/NvidiaChassis.AuxPowerReset"
 SYSTEM_RESET_TYPES = ["On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle"]
 MANAGER_RESET_TYPES = ["GracefulRestart", "ForceRestart"]
 CHASSIS_RESET_TYPES = ["PowerCycle"]
@@ -192,6 +204,8 @@ class BmcService:
             (f"{SERVICE_ROOT}/Chassis/([^/]+)", {"GET": lambda m: self.chassis(m.group(1))}),
             (f"{SERVICE_ROOT}/Chassis/([^/]+)/Actions/Chassis.Reset",
              {"POST": lambda m: self.chassis_reset(m.group(1), self._json(headers, body))}),
+            (f"{SERVICE_ROOT}/Chassis/([^/]+)/{AUX_POWER_RESET}",
+             {"POST": lambda m: self.aux_power_reset(m.group(1), self._json(headers, body))}),
             (f"{SERVICE_ROOT}/Managers", {"GET": lambda m: Response(200, _collection(
                 f"{SERVICE_ROOT}/Managers", "#ManagerCollection.ManagerCollection", "Manager Collection",
                 [f"{SERVICE_ROOT}/Managers/{i}" for i in self.manager_ids()]))}),
@@ -312,6 +326,8 @@ class BmcService:
 
     def _model(self, s: dict[str, Any]) -> str:
         short = s["gpu_model"].removeprefix("NVIDIA ")
+        if firmware.is_tray(s):
+            return f"NVIDIA {short} NVL compute tray"
         return f"NVIDIA HGX {short} {len(s['gpus'])}-GPU" if firmware.is_hgx(s) else f"GPU server with {len(s['gpus'])}x {short}"
 
     def system(self) -> dict[str, Any]:
@@ -333,6 +349,8 @@ class BmcService:
 
     def chassis_ids(self) -> list[str]:
         s = self.state()
+        if firmware.is_tray(s):
+            return ["BMC_0", "HGX_Chassis_0"] + [firmware.gpu_chassis_id(s, g["index"]) for g in s["gpus"] if g["present"]]
         if not firmware.is_hgx(s):
             return ["Chassis_0", "BMC_0"] + [firmware.gpu_chassis_id(s, g["index"]) for g in s["gpus"] if g["present"]]
         return ["HGX_BMC_0", "HGX_Chassis_0"] + [firmware.gpu_chassis_id(s, g["index"]) for g in s["gpus"] if g["present"]]
@@ -353,16 +371,20 @@ class BmcService:
         elif cid in ("HGX_BMC_0", "BMC_0"):
             doc.update(ChassisType="Module", Model=self._model(s), PartNumber="965-24387-0002-000",
                        SerialNumber=_serial(f"{self.name}/{cid}"))
+            if cid == "BMC_0" and firmware.is_tray(s):
+                doc["Actions"] = {"Oem": {"#NvidiaChassis.AuxPowerReset": {
+                    "target": f"{uri}/{AUX_POWER_RESET}", "ResetType@Redfish.AllowableValues": AUX_RESET_TYPES}}}
         else:
             doc.update(ChassisType="RackMount" if cid == "Chassis_0" else "Component", Model=self._model(s),
                        SerialNumber=_serial(f"{self.name}/{cid}"), PowerState=POWER_STATE.get(node.power(self.node_dir)))
-            if cid == "HGX_Chassis_0":
+            if cid == "HGX_Chassis_0" and not firmware.is_tray(s):
                 doc["Actions"] = {"#Chassis.Reset": {"target": f"{uri}/Actions/Chassis.Reset",
                                                      "ResetType@Redfish.AllowableValues": CHASSIS_RESET_TYPES}}
         return Response(200, doc)
 
     def manager_ids(self) -> list[str]:
-        return ["BMC_0", "HGX_BMC_0"] if firmware.is_hgx(self.state()) else ["BMC_0"]
+        s = self.state()
+        return ["BMC_0", "HGX_BMC_0"] if firmware.is_hgx(s) or firmware.is_tray(s) else ["BMC_0"]
 
     def manager(self, mid: str) -> Response:
         s = self.state()
@@ -421,14 +443,14 @@ class BmcService:
             doc.update(Name="Host BIOS", RelatedItem=[_link(f"{SERVICE_ROOT}/Systems/System_0")])
         elif row["gpu"] is not None:
             doc["RelatedItem"] = [_link(f"{SERVICE_ROOT}/Chassis/{firmware.gpu_chassis_id(s, row['gpu'])}")]
-        elif firmware.is_hgx(s):
+        elif firmware.is_hgx(s) or firmware.is_tray(s):
             doc["RelatedItem"] = [_link(f"{SERVICE_ROOT}/Chassis/HGX_Chassis_0")]
         return doc
 
     def update_service(self) -> dict[str, Any]:
         fw = self.state()["gpu_firmware"]
         uri = f"{SERVICE_ROOT}/UpdateService"
-        return {
+        doc = {
             "@odata.id": uri, "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
             "Name": "Update Service", "ServiceEnabled": True, "Status": {"State": "Enabled", "Health": "OK"},
             "HttpPushUri": f"{uri}/update", "MultipartHttpPushUri": f"{uri}/update-multipart",
@@ -437,6 +459,9 @@ class BmcService:
             "MaxImageSizeBytes": IMAGE_LIMIT,
             "FirmwareInventory": _link(f"{uri}/FirmwareInventory"),
         }
+        if fw.get("tray"):
+            doc["Oem"] = {"Nvidia": {"MultipartHttpPushUriOptions": {"UpdateOptionSupport": list(UPDATE_OPTIONS)}}}
+        return doc
 
     def patch_update_service(self, doc: Any) -> Response:
         if not isinstance(doc, dict) or not doc:
@@ -510,7 +535,7 @@ class BmcService:
         return Response(204)
 
     def chassis_reset(self, cid: str, doc: Any) -> Response:
-        if cid != "HGX_Chassis_0" or cid not in self.chassis_ids():
+        if cid != "HGX_Chassis_0" or cid not in self.chassis_ids() or firmware.is_tray(self.state()):
             return error(404, "Base.1.16.0.ResourceNotFound", f"The chassis {cid} has no Reset action.")
         reset = self._reset_type(doc, CHASSIS_RESET_TYPES)
         if isinstance(reset, Response):
@@ -518,6 +543,25 @@ class BmcService:
         st.request_reboot(self.node_dir, 0, "powercycle")
         self.log(f"{self.name}: Chassis.Reset {reset} of {cid}: AC power cycle")
         return Response(204)
+
+    def aux_power_reset(self, cid: str, doc: Any) -> Response:
+        """The tray's AC power cycle (NvidiaChassis.AuxPowerReset on BMC_0): the host loses power and boots again with
+        every staged image active, and the BMC itself is gone for timing.aux_power_cycle seconds."""
+        if cid != "BMC_0" or not firmware.is_tray(self.state()):
+            return error(404, "Base.1.16.0.ResourceNotFound", f"The chassis {cid} has no AuxPowerReset action.")
+        reset = self._reset_type(doc, AUX_RESET_TYPES)
+        if isinstance(reset, Response):
+            return reset
+        self._aux_power_cycle("AuxPowerReset")
+        return Response(204)
+
+    def _aux_power_cycle(self, why: str) -> None:
+        st.request_reboot(self.node_dir, 0, "powercycle")
+        seconds = float(self.state()["timing"].get("aux_power_cycle", DEFAULT_AUX_POWER_CYCLE_S) or 0)
+        with self.lock:
+            self.sessions.clear()  # the BMC loses power too: every session ends
+        self.down_until = time.monotonic() + seconds
+        self.log(f"{self.name}: {why} AuxPowerCycle: the tray power-cycles; not answering for {seconds:g}s")
 
     def manager_reset(self, mid: str, doc: Any) -> Response:
         if mid not in self.manager_ids():
@@ -559,6 +603,11 @@ class BmcService:
         targets = params.get("Targets")
         if targets is not None and (not isinstance(targets, list) or not all(isinstance(t, str) for t in targets)):
             return error(400, "Base.1.16.0.PropertyValueTypeError", "UpdateParameters Targets must be a list of URIs.")
+        option = (params.get("Oem") or {}).get("Nvidia", {}).get("UpdateOption") if isinstance(params.get("Oem"), dict) else None
+        if option is not None and (not firmware.is_tray(self.state()) or option not in UPDATE_OPTIONS):
+            return error(400, "Base.1.16.0.PropertyValueNotInList",
+                         f"The value {json.dumps(option)[:80]} for UpdateParameters Oem/Nvidia/UpdateOption is not "
+                         f"supported by this system; supported: {', '.join(UPDATE_OPTIONS) if firmware.is_tray(self.state()) else 'none'}.")
         force_param = params.get("ForceUpdate")  # NVIDIA's UpdateParameters option: this update only
         if force_param is not None and not isinstance(force_param, bool):
             return error(400, "Base.1.16.0.PropertyValueTypeError", "UpdateParameters ForceUpdate must be a boolean.")
@@ -574,7 +623,7 @@ class BmcService:
                                              s["gpu_firmware"].get("push_targets"), force)
             except updates.UpdateError as exc:
                 return exc
-            task = updates.create(s, package, image_name, work, skipped, uri)
+            task = updates.create(s, package, image_name, work, skipped, uri, activate=option == "StageAndActivate", option=option)
             updates.advance(s, task["id"])
             return task
 
@@ -600,6 +649,10 @@ class BmcService:
         for tid in self.running_tasks():
             if updates.advance(copy.deepcopy(self.state()), tid):
                 st.update(self.node_dir, lambda s, tid=tid: updates.advance(s, tid))
+                task = self.state()["gpu_firmware"]["tasks"].get(tid) or {}
+                if task.get("activate") and task.get("state") == "Completed":
+                    st.update(self.node_dir, lambda s, tid=tid: s["gpu_firmware"]["tasks"][tid].update(activate=False))
+                    self._aux_power_cycle(f"task {tid} StageAndActivate:")
 
 
 class _BadRequest(Exception):

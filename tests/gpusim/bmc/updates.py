@@ -27,6 +27,8 @@ RESET_ACTIONS = {
     "bmc_reset": ("/redfish/v1/Managers/HGX_BMC_0/Actions/Manager.Reset", "ForceRestart"),
     "host_bmc_reset": ("/redfish/v1/Managers/BMC_0/Actions/Manager.Reset", "GracefulRestart"),
 }
+# A GB200 / GB300 compute tray's AC power cycle (NVIDIA's GB300 compute flow files).
+TRAY_AC_CYCLE = ("/redfish/v1/Chassis/BMC_0/Actions/Oem/NvidiaChassis.AuxPowerReset", "AuxPowerCycle")
 RESET_WORDS = {"gpu_reset": "a GPU reset or host reboot", "host_reboot": "a host reboot",
                "ac_power_cycle": "an AC power cycle", "bmc_reset": "a BMC reset", "host_bmc_reset": "a reset of the host BMC"}
 
@@ -64,7 +66,7 @@ def plan(state: dict[str, Any], package: pldm.Package, image_name: str, targets:
     one at the version already there (or staged), or older, is skipped unless force (ForceUpdate)."""
     rows = [r for r in firmware.inventory(state) if r["updateable"]]
     wanted = {t.rstrip("/").rsplit("/", 1)[-1] for t in targets or []}
-    if firmware.is_hgx(state) and "HGX_Chassis_0" in wanted:
+    if (firmware.is_hgx(state) or firmware.is_tray(state)) and "HGX_Chassis_0" in wanted:
         wanted = set()  # the baseboard as a whole (NVIDIA's "Targets": ["/redfish/v1/Chassis/HGX_Chassis_0"])
     if wanted:
         unknown = sorted(wanted - {r["id"] for r in rows})
@@ -98,8 +100,9 @@ def plan(state: dict[str, Any], package: pldm.Package, image_name: str, targets:
 
 
 def create(state: dict[str, Any], package: pldm.Package, image_name: str, work: list[dict], skipped: list[dict],
-           uri: str) -> dict[str, Any]:
-    """Add a Running task to the state; returns it."""
+           uri: str, activate: bool = False, option: str | None = None) -> dict[str, Any]:
+    """Add a Running task to the state; returns it. option: the update's Oem.Nvidia.UpdateOption as asked;
+    activate: StageAndActivate (a tray power-cycles itself once the task completes)."""
     fw = state["gpu_firmware"]
     tid = str(fw.get("next_task", 0))
     fw["next_task"] = int(tid) + 1
@@ -110,7 +113,8 @@ def create(state: dict[str, Any], package: pldm.Package, image_name: str, work: 
     msgs += skipped
     task = {"id": tid, "state": "Running", "status": "OK", "start": t, "end": None,
             "duration": float(state["timing"].get("flash", DEFAULT_FLASH_S) or 0), "work": work, "done": 0,
-            "messages": msgs, "package": package.version, "sha256": package.sha256, "uri": uri, "percent": 0}
+            "messages": msgs, "package": package.version, "sha256": package.sha256, "uri": uri, "percent": 0,
+            "activate": bool(activate and work), "option": option}
     fw["tasks"][tid] = task
     # Keep the last 32 tasks: the BMC's task service is bounded too.
     for old in sorted(fw["tasks"], key=int)[:-32]:
@@ -167,7 +171,8 @@ def advance(state: dict[str, Any], tid: str, t: float | None = None) -> bool:
         task["done"] += 1
         changed = True
     if task["done"] == n and (n == 0 or task["duration"] <= 0 or t - task["start"] >= task["duration"]):
-        for uri, reset_type in resets_needed({w["reset"] for w in task["work"]}):
+        needed = [] if task.get("activate") else resets_needed({w["reset"] for w in task["work"]}, firmware.is_tray(state))
+        for uri, reset_type in needed:
             task["messages"].append(message(
                 "Base.1.16.0.ResetRequired", f"In order to complete the operation, a component reset is required with "
                 f"the Reset action URI '{uri}' and ResetType '{reset_type}'.", [uri, reset_type], "Warning",
@@ -179,8 +184,11 @@ def advance(state: dict[str, Any], tid: str, t: float | None = None) -> bool:
     return changed
 
 
-def resets_needed(kinds: set[str]) -> list[tuple[str, str]]:
-    """The reset actions that activate firmware needing `kinds` (an AC power cycle covers them all)."""
+def resets_needed(kinds: set[str], tray: bool = False) -> list[tuple[str, str]]:
+    """The reset actions that activate firmware needing `kinds` (an AC power cycle covers them all; on a tray it is
+    the BMC's AuxPowerCycle)."""
+    if tray and kinds:
+        return [TRAY_AC_CYCLE]
     if "ac_power_cycle" in kinds:
         return [RESET_ACTIONS["ac_power_cycle"]]
     out = []

@@ -359,6 +359,7 @@ def test_bmc_not_answering_is_a_timeout(commands, env, run_module):
         ({"targets": ["../x"]}, "targets entry"),
         ({"timeout": 0}, "timeout must be"),
         ({"nvfwupd_interpreter": None}, "nvfwupd_interpreter"),
+        ({"stage_only": True}, "stage_only needs bmc.servertype GB200 or GB300"),
     ],
 )
 def test_bad_options_fail_before_any_command(commands, env, run_module, change, message):
@@ -748,3 +749,17 @@ def test_an_unreadable_ca_path_names_the_option(commands, env, run_module, monke
     result = run_module(nvfwupd.main, args(env, bmc={"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "ca_path": str(tmp_path / "none.pem")}))
     assert result["failed"] and result["msg"].startswith(f"bmc.ca_path {tmp_path / 'none.pem'} could not be read as a CA bundle")
     assert commands.calls == [] and not env["folder"].exists()
+
+
+def test_stage_only_on_a_gb200_tray_asks_nvfwupd_for_a_staged_update(commands, env, run_module):
+    on_show(commands, env, show_version(OLD_GPU, NEW_GPU))
+    staged = cmd(env, "update_fw", "-p", env["pkg"], "-u", "-y", "-b", "-j")
+    commands.on(staged, stdout=STARTED)
+    done = [msg("Update.1.0.UpdateSuccessful", "HGX_FW_GPU_SXM_1", "image.fwpkg")]
+    commands.on(cmd(env, "show_update_progress", "-i", "0", "-j"), stdout=task("0", "Completed", done))
+    bmc = {"address": "10.0.0.1", "user": "admin", "password": PASSWORD, "servertype": "GB200"}
+    result = run_module(nvfwupd.main, args(env, bmc=bmc, stage_only=True))
+    assert staged in [c["argv"] for c in commands.calls], [c["argv"] for c in commands.calls]
+    assert env["seen"][0]["doc"]["TargetPlatform"] == "GB200" and "MultipartOptions" not in env["seen"][0]["doc"]
+    assert {r["activation"] for r in result["plan"] if r["action"] != "none"} == {"ac_power_cycle"}  # AuxPowerCycle, no GPU reset
+    assert_no_secret(commands, result)

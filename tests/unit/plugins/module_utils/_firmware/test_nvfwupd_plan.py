@@ -52,6 +52,21 @@ def test_plan_actions_and_activations():
     assert plan.activations([{"activation": "gpu_reset"}, {"activation": "reboot"}]) == ["reboot"]
 
 
+def test_a_gb200_trays_every_component_activates_with_its_ac_power_cycle():
+    """NVIDIA's GB300 compute flow flashes the tray, then AuxPowerCycles it: a GPU reset or the HMC's own reset
+    activates nothing there."""
+    components = [row("HGX_FW_BMC_0", "HGX-22.10-1", "HGX-24.04-2"), row("HGX_FW_GPU_0", "97.00.B9.00.69", "97.00.C5.00.01"),
+                  row("HGX_FW_CPU_0", "02.04.07", "02.04.07")]
+    rows = plan.plan(components, tray=True)
+    assert [(r["component"], r["action"], r["activation"]) for r in rows] == [
+        ("HGX_FW_BMC_0", "update", "ac_power_cycle"),
+        ("HGX_FW_GPU_0", "update", "ac_power_cycle"),
+        ("HGX_FW_CPU_0", "none", "none"),
+    ]
+    assert plan.activations(rows) == ["ac_power_cycle"]
+    assert plan.activations(plan.plan(components)) == ["gpu_reset", "bmc_reset"]  # the same names on an HGX board
+
+
 def test_targets_limit_the_plan_and_unknown_ones_are_refused():
     components = [row("HGX_FW_GPU_SXM_1", "a", "b"), row("HGX_FW_GPU_SXM_2", "a", "b")]
     assert [r["component"] for r in plan.plan(components, ["HGX_FW_GPU_SXM_2"])] == ["HGX_FW_GPU_SXM_2"]
