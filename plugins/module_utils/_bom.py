@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _bom_stack
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 STATUS_OK = "ok"
@@ -99,6 +100,10 @@ def validate_bom(bom):
         ids = section.get("inventory_id")
         if ids is not None and not _inventory_ids(ids):
             raise BomError(f"BOM {name}.inventory_id must be a Redfish FirmwareInventory member id or a list of them, got {ids!r}")
+    try:
+        _bom_stack.normalize(bom.get("stack"))  # the node's software stack: _bom_stack.py
+    except _bom_stack.StackBomError as exc:
+        raise BomError(str(exc)) from exc
     return bom
 
 
@@ -184,6 +189,7 @@ def node_drift(facts, bom, bmc=None):
             items.append(_item(component, nic.get("fw_current"), nic_bom[psid]))
         elif nic_bom:
             items.append(_item(component, nic.get("fw_current"), None, STATUS_UNKNOWN, f"PSID {psid} is not in the BOM"))
+    items += _bom_stack.stack_drift(facts, bom.get("stack"), driver_version=driver.get("version"))
     return items
 
 

@@ -452,3 +452,36 @@ class Mlxfwreset(Tool):
 class Flint(Mstflint):
     binary = "flint"
     label = "flint"
+
+
+# -- the node's software stack (gpu_facts' stack subset): each read only, each bounded by its caller's timeout --
+
+
+class OfedInfo(Tool):
+    binary = "ofed_info"
+    label = "ofed_info -s"
+
+
+class Ibstat(Tool):
+    binary = "ibstat"
+    label = "ibstat"
+
+
+class IbvDevinfo(Tool):
+    binary = "ibv_devinfo"
+    label = "ibv_devinfo"
+
+
+class Mokutil(Tool):
+    binary = "mokutil"
+    label = "mokutil"
+
+
+class Dkms(Tool):
+    binary = "dkms"
+    label = "dkms status"
+
+
+class NvHostengine(Tool):
+    binary = "nv-hostengine"
+    label = "nv-hostengine --version"

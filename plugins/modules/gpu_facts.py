@@ -44,9 +44,13 @@ options:
         V(xid) reads the kernel log.
       - V(imex) reads C(/etc/nvidia-imex/nodes_config.cfg) and, only where C(nvidia-imex) is installed (GB200 / GB300 NVL72 trays),
         runs C(nvidia-imex --version), C(systemctl is-active nvidia-imex) and C(nvidia-imex-ctl -N).
+      - V(stack) is not part of V(all), name it (for example V([all, stack])). It runs, where installed, C(ofed_info -s), C(ibstat)
+        (or C(ibv_devinfo)), C(lsmod), C(modinfo) of C(nvidia), C(nvidia_peermem) and C(mlx5_core), C(mokutil --sb-state)
+        (and C(--list-enrolled) where Secure Boot is on), C(dkms status), C(dcgmi --version) and C(nv-hostengine --version),
+        and reads C(/sys/module/<module>/parameters). A tool that is not installed is reported as absent, not as an error.
     type: list
     elements: str
-    choices: [all, driver, gpus, fabricmanager, imex, nics, xid]
+    choices: [all, driver, gpus, fabricmanager, imex, nics, xid, stack]
     default: [all]
   critical_xids:
     description:
@@ -213,6 +217,34 @@ ansible_facts:
             nodes_config: [10.0.0.1, 10.0.0.2]
             domain: {domain_state: UP, domain_up: true, version_mismatch: false, node_map_mismatch: false}
             problems: []
+        stack:
+          description:
+            - The software stack around the driver (gathered only when O(gather_subset) names V(stack)).
+            - C(ofed) is C(flavor) V(mlnx-ofed) (C(MLNX_OFED_LINUX-...)), V(doca-ofed) (C(OFED-internal-...)) or V(inbox) (no C(ofed_info)),
+              with its C(version).
+            - C(rdma) lists the InfiniBand / RoCE C(ports) (C(device), C(port), C(state), C(physical_state), C(rate_gbps), C(link_layer),
+              C(active)) from C(ibstat) (C(source)); C(rate_gbps) is V(null) for a port that is not Active (its rate is not
+              trusted) and everywhere C(ibv_devinfo) was the source (it prints none). C(ports) is V(null) when neither tool is installed.
+            - C(modules) gives C(nvidia), C(nvidia_peermem) and C(mlx5_core) (C(loaded), C(installed), C(version), C(signer), C(signed)).
+            - C(secure_boot) is C(state) (V(enabled), V(disabled), V(not_supported), V(unknown); V(null) without C(mokutil)), C(enforcing)
+              and, where enabled, C(enrolled_keys) (C(sha1), C(cn); the short listing gives the first ten hex digits).
+            - C(dkms) lists its C(entries) and C(errors), and for C(nvidia) the C(kernels) it is installed for and
+              C(built_for_running_kernel). C(dcgm) gives C(version) (C(dcgmi)) and C(hostengine_version).
+            - C(module_parameters) is C(/sys/module/<module>/parameters) of the loaded nvidia, nvidia_uvm, nvidia_peermem, mlx5_core
+              and ib_core modules. C(problems) lists what is wrong whatever the BOM says (DKMS errors, an NVIDIA DKMS module not built
+              for the running kernel, a device C(ibstat) could not read).
+          type: dict
+          returned: when stack is gathered
+          sample:
+            ofed: {installed: true, flavor: doca-ofed, version: 24.10-1.1.4.0.200, release: OFED-internal-24.10-1.1.4.0.200}
+            rdma: {source: ibstat, ports: [{device: mlx5_0, port: 1, state: Active, physical_state: LinkUp, rate_gbps: 400,
+                   link_layer: InfiniBand, active: true}], errors: []}
+            modules: {nvidia_peermem: {loaded: true, installed: true, version: 580.95.05, signer: null, signed: false}}
+            secure_boot: {state: disabled, enforcing: false, setup_mode: false, enrolled_keys: null}
+            dkms: {installed: true, errors: [], nvidia: {versions: [580.95.05], kernels: [6.8.0-90-generic], built_for_running_kernel: true}}
+            dcgm: {installed: true, version: 4.7.0, hostengine_version: 4.7.0}
+            module_parameters: {nvidia: {NVreg_EnableGpuFirmware: "1"}}
+            problems: []
         nics:
           description:
             - ConnectX adapters with PSID, part number and firmware.
@@ -265,6 +297,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError, fail_kwargs
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import (
     DEFAULT_COMMAND_TIMEOUT,
+    OPT_IN_SUBSETS,
     SUBSETS,
     check_options,
     gather,
@@ -275,7 +308,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._commo
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            gather_subset=dict(type="list", elements="str", default=["all"], choices=["all", *list(SUBSETS)]),
+            gather_subset=dict(type="list", elements="str", default=["all"], choices=["all", *list(SUBSETS), *list(OPT_IN_SUBSETS)]),
             critical_xids=dict(type="list", elements="int"),
             command_timeout=dict(type="int", default=DEFAULT_COMMAND_TIMEOUT),
             nvidia_smi_path=dict(type="path"),

@@ -361,3 +361,31 @@ def test_gb200_trays_report_their_nvlink_domain_imex_and_cdmm(tmp_path_factory):
         a01 = after["nvl-a01"]["ansible_facts"]["gpufleet"]["imex"]["domain"]
         assert a01["version_mismatch"] and a01["domain_state"] == "DOWN"
         assert after["nvl-b01"]["ansible_facts"]["gpufleet"]["imex"]["domain"]["domain_up"]
+
+
+def test_the_stack_subset_reads_a_nodes_stack_and_reports_absent_tools(fleet):
+    """gpu_facts' stack subset over SSH (issue 24): node-03 given a DOCA-OFED stack with one IB port Down and Secure Boot on,
+    node-02 without one (inbox: every stack tool absent, never an error). Reuses the module's fleet: no reboot, one task."""
+    from gpusim import state as gstate
+
+    stack = {
+        "ofed": {"flavor": "doca-ofed", "version": "24.10-1.1.4.0.200"},
+        "ports": [{"device": "mlx5_0", "rate": 400}, {"device": "mlx5_1", "state": "Down", "physical_state": "Polling"}],
+        "secure_boot": {"enabled": True, "keys": [{"sha1": "76a092065800bf376901c372cd55a90e1fded2e0", "cn": "DKMS module signing key"}]},
+        "dkms": {"kernel": "6.1.0-0-old"},
+    }
+    gstate.update(fleet.node_dir("node-03"), lambda s: s.__setitem__("stack", stack))
+    try:
+        results = fleet.module("gpufleet.lifecycle.gpu_facts", "node-02,node-03", {"gather_subset": ["driver", "stack"]})
+    finally:
+        gstate.update(fleet.node_dir("node-03"), lambda s: s.pop("stack", None))
+    assert all("ansible_facts" in r for r in results.values()), {h: r.get("msg") for h, r in results.items()}
+    with_stack = results["node-03"]["ansible_facts"]["gpufleet"]["stack"]
+    assert (with_stack["ofed"]["flavor"], with_stack["ofed"]["version"]) == ("doca-ofed", "24.10-1.1.4.0.200")
+    assert [(p["device"], p["state"], p["rate_gbps"]) for p in with_stack["rdma"]["ports"]] == [("mlx5_0", "Active", 400), ("mlx5_1", "Down", None)]
+    assert with_stack["secure_boot"]["state"] == "enabled" and len(with_stack["secure_boot"]["enrolled_keys"]) == 1
+    assert with_stack["dkms"]["nvidia"]["built_for_running_kernel"] is False
+    assert with_stack["modules"]["nvidia"]["loaded"] is True
+    inbox = results["node-02"]["ansible_facts"]["gpufleet"]["stack"]
+    assert inbox["ofed"]["flavor"] == "inbox" and inbox["rdma"]["ports"] is None and inbox["secure_boot"]["state"] is None
+    assert inbox["dkms"]["installed"] is False

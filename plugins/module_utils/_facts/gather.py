@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import nvlink
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts import nvlink, stack
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import (
     MELLANOX_VENDOR,
     NIC_CLASS_PREFIXES,
@@ -52,6 +52,8 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import (
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
 
 SUBSETS = ("driver", "gpus", "fabricmanager", "imex", "nics", "xid")
+# Gathered only when named (not part of "all"): the stack subset starts about a dozen processes (_facts/stack.py).
+OPT_IN_SUBSETS = ("stack",)
 IMEX_SERVICE = "nvidia-imex"
 IMEX_NODES_CONFIG = "etc/nvidia-imex/nodes_config.cfg"
 SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced")
@@ -142,6 +144,8 @@ class GpuFactsCollector:
             reads["nics"] = self._nics
         if "xid" in self.subset:
             reads["xid"] = self._xid
+        if "stack" in self.subset:
+            reads["stack"] = self._stack
         results = run_reads(reads)
         driver, smi = results["driver_and_gpus"]
         services = results["services"]
@@ -160,6 +164,8 @@ class GpuFactsCollector:
             facts["nics"] = results["nics"]
         if "xid" in self.subset:
             facts["xid"] = results["xid"]
+        if "stack" in self.subset:
+            facts["stack"] = results["stack"]
         facts["commands_run"] = len(self.counter)
         return facts
 
@@ -395,6 +401,10 @@ class GpuFactsCollector:
             )
         return nics
 
+    # -- the software stack (OFED, RDMA ports, peermem, Secure Boot, DKMS, DCGM) --
+    def _stack(self):
+        return stack.StackReader(self._tool, self.host, self.host.kernel_release()).read()
+
     # -- Xid events ----------------------------------------------------------
     def _xid(self):
         dmesg = self._tool(Dmesg, "dmesg_path")
@@ -421,7 +431,7 @@ def check_options(params):
     """The collector's keyword arguments from gpu_facts' options; OptionError naming the option and its range."""
     subset = params.get("gather_subset") or ["all"]
     if "all" in subset:
-        subset = SUBSETS
+        subset = (*SUBSETS, *(name for name in OPT_IN_SUBSETS if name in subset))
     critical = params.get("critical_xids")
     for code in critical or []:
         if isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= MAX_XID:
@@ -443,6 +453,7 @@ def gather(module, **kwargs):
 __all__ = [
     "DEFAULT_COMMAND_TIMEOUT",
     "MAX_COMMAND_TIMEOUT",
+    "OPT_IN_SUBSETS",
     "SUBSETS",
     "FactsError",
     "GpuFactsCollector",

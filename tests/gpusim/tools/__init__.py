@@ -36,6 +36,12 @@ TOOLS = {
     "gpusim-run-installer": "installer:main",
     "nvidia-imex": "imex:imex_main",
     "nvidia-imex-ctl": "imex:imex_ctl_main",
+    # The software stack (issue 24): each answers "command not found" (127) unless the node state has its part of `stack`.
+    "ofed_info": "stack:ofed_info_main",
+    "ibstat": "stack:ibstat_main",
+    "mokutil": "stack:mokutil_main",
+    "dkms": "stack:dkms_main",
+    "nv-hostengine": "stack:hostengine_main",
 }
 # Installed only on a node whose GPUs are multi-node NVLink trays (GB200 / GB300 NVL72): elsewhere they are absent.
 MNNVL_TOOLS = ("nvidia-imex", "nvidia-imex-ctl")

@@ -169,6 +169,9 @@ def main(argv: list[str]) -> int:
     state = load()
     if not argv:
         fail(" dcgmi subsystem [arguments]\n\nERROR: a subsystem is required.", 1)
+    if argv[0] == "--version":  # the client's own version, as real dcgmi prints it (no host engine needed)
+        out(f"\ndcgmi  version: {catalog.DCGM_VERSION}\n")
+        return 0
     if not st.driver_loaded(state) or not state["services"]["nvidia-dcgm"]["active"]:
         fail("Error: unable to establish a connection to the specified host: localhost\n"
              "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.", 255, "out")
@@ -178,8 +181,9 @@ def main(argv: list[str]) -> int:
             fail("ERROR: discovery requires one of -l/--list, -i/--info", 1)
         out(_discovery(state), end="")
         return 0
-    if sub in {"--version", "-v"}:
-        out(f"version: {catalog.DCGM_VERSION}")
+    if sub == "-v":  # the client's and the running host engine's build info
+        build = f"Version : {catalog.DCGM_VERSION}\nBuild ID : 1\nBranch Name : v{catalog.DCGM_VERSION}\nCPU Arch : x86_64"
+        out(f"\nLocal build info:\n{build}\n\nHostengine build info:\n{build}")
         return 0
     if sub != "diag":
         fail(f"ERROR: unknown subsystem {sub!r}", 1)

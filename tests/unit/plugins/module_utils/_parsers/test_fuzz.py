@@ -190,6 +190,7 @@ OWNED = _owned()
 # The modules whose parsers this file was written with: each must be exercised by some fixture.
 # A parser module added later is fuzzed all the same; a gap in its fixtures is reported as a skip.
 KNOWN_MODULES = {"nvsmi", "procfs", "fabricmanager", "xid", "dcgm", "nccl", "gpuburn", "mlx", "nvfwupd", "imex"}
+KNOWN_MODULES |= {"ofed", "infiniband", "kmod", "secureboot", "dkms", "dcgm_version"}  # the node's stack (issue 24)
 
 
 def test_every_parser_is_found():
