@@ -1,0 +1,79 @@
+# Copyright (c) gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Where a rollout is, for the people who watch it: rollout_progress (gpufleet.lifecycle).
+
+Documentation in the adjacent rollout_progress.yml; the logic is in plugins/module_utils/_rollout/progress.py. The
+filter reads each planned node's state from the rollout role's facts (its result and the phases its state file
+records, as the last rollout_state task returned them) and calls progress().
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import clock as _clock
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import progress as _progress
+
+# The rollout role's registered rollout_state results that hold the node's section, latest first when equally recent.
+_SECTIONS = ("__rollout_finish", "__rollout_phase_result", "__rollout_read")
+_NAME = "gpufleet.lifecycle.rollout_progress"
+
+
+def _fact(variables, name):
+    try:
+        return variables[name] if name in variables else None
+    except Exception:  # a fact whose template fails says nothing of the node's progress: as if absent
+        return None
+
+
+def _section(variables, rollout):
+    """The node's latest rollout section (the most recent heartbeat) of this rollout among the registered results."""
+    best = None
+    for name in _SECTIONS:
+        registered = _fact(variables, name)
+        section = registered.get("rollout") if isinstance(registered, Mapping) else None
+        if not isinstance(section, Mapping) or (rollout and section.get("id") != rollout):
+            continue
+        beat = section.get("heartbeat_at")
+        beat = beat if isinstance(beat, (int, float)) and not isinstance(beat, bool) else 0
+        if best is None or beat > best[0]:
+            best = (beat, section)
+    return best[1] if best else {}
+
+
+def _node(hostvars, host, rollout):
+    try:
+        variables = hostvars[host]
+    except KeyError:
+        raise AnsibleFilterError(f"{_NAME}: host {host} of the plan's order is not in hostvars: pass the plan's order and hostvars") from None
+    result = _fact(variables, "rollout_result") or "not_started"
+    return _progress.node_state(result, _section(variables, rollout).get("phases")), _fact(variables, "__rollout_slurm_name")
+
+
+def rollout_progress(order, hostvars=None, slots=None, failure_budget=0, failed=None, waiting=None, unavailable=None, rollout="", now=None):
+    """Where the rollout is: counts, failures against the budget, why nodes wait, time left, and ``line`` (docs: rollout_progress.yml)."""
+    if hostvars is None or slots is None:
+        raise AnsibleFilterError(f"{_NAME}: hostvars and slots are required (order | {_NAME}(hostvars, slots=budget, ...))")
+    if isinstance(order, (str, bytes)) or not isinstance(order, (list, tuple)):
+        raise AnsibleFilterError(f"{_NAME}: the input must be the plan's order (a list of inventory host names), not {type(order).__name__}")
+    nodes, names = {}, {}
+    for host in order:
+        nodes[host], slurm_name = _node(hostvars, host, rollout)
+        if isinstance(slurm_name, str) and slurm_name:
+            names[host] = slurm_name
+    try:
+        return _progress.progress(order, nodes, slots, failure_budget, failed=failed or [], waiting=waiting,
+                                  now=_clock.get().now() if now is None else now, rollout_id=rollout or "",
+                                  unavailable=unavailable, names=names)
+    except _progress.ProgressError as exc:
+        raise AnsibleFilterError(f"{_NAME}: {exc}") from exc
+
+
+class FilterModule:
+    """gpufleet.lifecycle rollout progress filter."""
+
+    def filters(self):
+        return {"rollout_progress": rollout_progress}
