@@ -22,12 +22,12 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.plan i
 
 
 def wave_plan(hosts, hostvars=None, waves=None, canary=None, canary_count=1, spread_by=None, max_per_domain=None,
-              max_unavailable=None, pool_size=None, unavailable=0, gates=False):
+              max_unavailable=None, pool_size=None, unavailable=0, gates=False, unit_by=None, unit_skipped=None):
     """The rollout's canary and waves: bounded by the budget, at most max_per_domain hosts of one domain per wave (or gates)."""
     try:
         return plan_waves(hosts, hostvars, waves=waves, canary=canary, canary_count=canary_count, spread_by=spread_by,
                           max_per_domain=max_per_domain, max_unavailable=max_unavailable, pool_size=pool_size, unavailable=unavailable,
-                          gates=gates)
+                          gates=gates, unit_by=unit_by, unit_skipped=unit_skipped)
     except BudgetError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.wave_plan: {exc}") from exc
 

@@ -384,6 +384,31 @@ def test_role_rollback_flashes_the_previous_package(fleet, packages):
     assert fleet.state("fw-02")["last_known_good"]["gpu_firmware"]["version"] == "HGX-24.04-2"
 
 
+def test_role_stages_on_a_gb200_tray_that_serves_until_its_aux_power_cycle(fleet, tmp_path):
+    """A GB200 compute tray (issue 23): the role pushes the images staged (nvfwupd -u) while the host runs on, and
+    activates them with the tray's AuxPowerCycle through its BMC (no GPU reset, no Systems PowerCycle); again: nothing."""
+    tray_vbios = "97.00.C5.00.01"
+    package = artifacts.write_fwpkg(tmp_path, "HGX-25.06-1", components={"HMC": "HGX-25.06-1", "GPU_SXM": tray_vbios},
+                                    gpu_models=("NVIDIA GB200",))
+    before = fleet.vbios("tray-01")
+    staged = _role(fleet, "tray-01", package, gpu_firmware_servertype="GB200", gpu_firmware_activate=False)
+    assert staged["stats"]["tray-01"]["failures"] == 0
+    assert fleet.vbios("tray-01") == before  # staged only: the tray still runs its old firmware
+    tasks = fleet.redfish("tray-01", "GET", "/redfish/v1/TaskService/Tasks")[1]["Members"]
+    assert tasks, "no update task on the tray's BMC"
+    boot = fleet.boot_id("tray-01")
+    done = _role(fleet, "tray-01", package, gpu_firmware_servertype="GB200")
+    names = [t["task"]["name"].split(" : ", 1)[-1] for t in done["plays"][0]["tasks"] if "tray-01" in t["hosts"]
+             and not t["hosts"]["tray-01"].get("skipped")]
+    assert "Power-cycle the compute tray through its BMC (AuxPowerCycle)" in names, names
+    assert "Reset the GPUs" not in names and "Power-cycle the system through the BMC (AC power cycle)" not in names, names
+    assert fleet.boot_id("tray-01") != boot
+    assert fleet.vbios("tray-01") == [tray_vbios] * 4
+    assert _inventory(fleet, "tray-01") == "HGX-25.06-1"
+    again = _role(fleet, "tray-01", package, gpu_firmware_servertype="GB200")
+    assert again["stats"]["tray-01"]["changed"] == 0, again["stats"]
+
+
 # -- a killed run (issue 21) ----------------------------------------------------------------------------------------------
 
 

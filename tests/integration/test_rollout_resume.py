@@ -11,7 +11,9 @@ stop switch: the stop file (gpufleet_stop_file) put down while the canary is in 
 starts no new node, says how to resume and writes its evidence; with the file gone, the same command completes the
 rollout, a node whose GPU falls off the bus on the new driver rolled back. Run once more into an empty evidence folder (an
 AWX job's fresh project folder), it changes nothing and writes every record whole from the node state files, the
-rollback's details included (issue 22: it wrote no evidence at all).
+rollback's details included (issue 22: it wrote no evidence at all). Last, a rollout with gpufleet_unit_by: rack (two
+racks of 4, the fixture's host variable): each rack goes out of service and comes back whole, one node losing a GPU after
+its upgrade rolls its whole rack back (no rack ever in service on two drivers), the other rack is upgraded.
 Run:
     .venv/bin/python -m pytest tests/integration/test_rollout_resume.py -m integration -q
 """
@@ -23,11 +25,12 @@ import time
 
 import pytest
 from fleet import TESTS, fleet_up, needs_fleet
-from rollout_helpers import NEW, OLD, RolloutFleet, recap, report_json, write_runfiles
+from rollout_helpers import NEW, OLD, RolloutFleet, by_time, failures, recap, report_json, unavailable, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-resume.yml"
 SHAPE = {"gpufleet_max_unavailable": 2, "gpufleet_waves": [2], "gpufleet_soak_seconds": 2}
 NEWER = "595.45.04"
+UNITS = "595.58.03"  # the gpufleet_unit_by rollout's BOM, after every other test here
 BOM_NEWER = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
              "cuda": ["12.4"]}
 
@@ -37,7 +40,7 @@ pytestmark = needs_fleet()
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("rollout-resume")
-    runfiles = write_runfiles(base / "runfiles", (OLD, NEW, NEWER))
+    runfiles = write_runfiles(base / "runfiles", (OLD, NEW, NEWER, UNITS))
     with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
         yield RolloutFleet(workdir, runfiles)
 
@@ -260,3 +263,56 @@ def test_a_run_after_a_rollback_rebuilds_every_record_from_the_state_files(fleet
     assert (record["before"]["driver"], record["after"]["driver"]) == (NEW, NEW), record
     upgraded = found["nodes"][stopped["canary"]]
     assert (upgraded["before"]["driver"], upgraded["after"]["driver"]) == (NEW, NEWER), upgraded
+
+
+@pytest.fixture(scope="module")
+def units(fleet, tmp_path_factory):
+    """A rollout to UNITS with gpufleet_unit_by: rack (gpu-01..04 rack r1, the canary unit; gpu-05..08 rack r2), gpu-06
+    losing a GPU after its upgrade, Slurm's states sampled throughout."""
+    out = tmp_path_factory.mktemp("units")
+    before = {n: fleet.driver(n) for n in fleet.names}
+    fleet.fault("gpu-06", "xid79", gpu=1, when="upgrade")
+    bom = dict(BOM_NEWER, driver=dict(BOM_NEWER["driver"], version=UNITS))
+    sampler = fleet.sampler(out / "slurm-states.jsonl")
+    try:
+        done = fleet.upgrade(out / "report", gpufleet_bom=bom, gpufleet_unit_by="rack", gpufleet_max_unavailable=4, gpufleet_waves=["100%"],
+                             gpufleet_soak_seconds=1, gpufleet_failure_budget=4, gpufleet_wave_max_fail_percentage=100)
+    finally:
+        samples = sampler.stop()
+    (out / "upgrade.log").write_text(done.stdout + done.stderr)  # for a failing test's reader
+    return {"run": done, "samples": samples, "before": before, "report": out / "report"}
+
+
+RACKS = {"rack r1": ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], "rack r2": ["gpu-05", "gpu-06", "gpu-07", "gpu-08"]}
+
+
+def test_one_failure_rolls_its_whole_unit_back_and_the_other_unit_is_upgraded(fleet, units):
+    done = units["run"]
+    assert "units of change (gpufleet_unit_by rack): rack r1 of 4, rack r2 of 4" in done.stdout, failures(done.stdout) + done.stdout[-6000:]
+    for name in RACKS["rack r1"]:
+        assert (fleet.rollout_section(name)["result"], fleet.driver(name)) == ("upgraded", UNITS), name
+    for name in RACKS["rack r2"]:
+        section = fleet.rollout_section(name)
+        assert (section["result"], fleet.driver(name)) == ("rolled_back", units["before"][name]), (name, section)
+        assert section["rollback"]["result"] == "validated", (name, section)
+        if name != "gpu-06":  # rolled back for its unit: the reason names the unit and the node that failed
+            assert "unit rack r2" in section["rollback"]["reason"] and "gpu-06" in section["rollback"]["reason"], section["rollback"]
+        assert "DRAIN" not in fleet.node(name)["state"], name
+
+
+def test_a_units_nodes_go_out_and_come_back_together_in_slurms_states(units):
+    """Invariant 12 from Slurm's samples: each node of a unit went out once; all were out at once before any came back,
+    and they came back within one resume step of each other, so no sample shows a member in service beside one out and
+    changing (on another driver)."""
+    times = sorted(by_time(units["samples"]).items())
+    for unit, members in RACKS.items():
+        spans = {}
+        for name in members:
+            out = [t for t, nodes in times if name in nodes and unavailable(nodes[name]["state"])]
+            assert out, (unit, name)
+            spans[name] = (out[0], out[-1])
+            back = [t for t, nodes in times if out[0] < t < out[-1] and name in nodes and not unavailable(nodes[name]["state"])]
+            assert not back, f"{name} of {unit} was in service at {back[:3]} between its first and last sample out"
+        assert max(s for s, _e in spans.values()) < min(e for _s, e in spans.values()), (unit, spans)
+        # Back in service in one step (one resume task over the unit), not one after another's validation.
+        assert max(e for _s, e in spans.values()) - min(e for _s, e in spans.values()) < 10, (unit, spans)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter, OrderedDict, deque
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import units as _units
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError, max_unavailable_count, percent, whole_count
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.window import merge_gates
 
@@ -280,8 +281,45 @@ def _explicit_canary(canary, hosts, domains, names, per, cap):
     return list(canary)
 
 
+def _unit_plan(hosts, hostvars, unit_by, canary, canary_count, specs, domains, names, per, budget, cap, notes, skipped):
+    """``(units, canary units, gates of units)`` of a plan with ``unit_by``: whole units only, never split across gates."""
+    try:
+        units = _units.group_units(hosts, hostvars, unit_by)
+        _units.refuse_unfit(units, cap, budget, domains, names, per)
+        kept, held_back = _units.hold_back(units, _units.group_units(list(skipped or ()), hostvars, unit_by) if skipped else {})
+    except _units.UnitError as exc:
+        raise PlanError(str(exc), argument=exc.argument, host=exc.host, variable=exc.variable) from None
+    notes.extend(held_back.values())
+    units = kept
+    if not units:
+        return units, [], [], held_back
+    unit_of = {host: name for name, members in units.items() for host in members}
+    if canary:
+        unknown = [host for host in canary if host not in unit_of]
+        if unknown:
+            raise PlanError(f"canary hosts {', '.join(map(str, unknown))} are not among the hosts planned: the gpufleet_canary group must hold "
+                            "target hosts only", argument="canary")
+        first = list(OrderedDict.fromkeys(unit_of[host] for host in canary))
+        notes.append(f"unit_by {unit_by}: the canary is the unit(s) of the gpufleet_canary hosts, whole: {', '.join(first)}")
+    else:
+        count = whole_count(canary_count, "canary_count")
+        first, held = [], 0
+        for name in units:
+            if held >= count:
+                break
+            first.append(name)
+            held += len(units[name])
+    if cap is not None and sum(len(units[name]) for name in first) > cap:
+        raise PlanError(f"the canary units {', '.join(first)} hold {sum(len(units[name]) for name in first)} nodes, more than the {cap} the budget "
+                        "lets be out at once: name fewer canaries (gpufleet_canary) or lower gpufleet_canary_count", argument="canary")
+    rest = OrderedDict((name, members) for name, members in units.items() if name not in first)
+    base = sum(len(members) for members in rest.values())
+    gates = _units.unit_gates(rest, lambda index: _resolve(specs[min(index, len(specs) - 1)], base))
+    return units, first, gates, held_back
+
+
 def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, spread_by=None, max_per_domain=None,
-               max_unavailable=None, pool_size=None, unavailable=0, gates=False):
+               max_unavailable=None, pool_size=None, unavailable=0, gates=False, unit_by=None, unit_skipped=None):
     """The plan: ``{"canary", "waves", "gate_of", "sizes", "order", "domains", "budget", "notes"}`` (PlanError on unusable arguments).
 
     ``gate_of``: each host's wave (0 for the canary).
@@ -289,6 +327,13 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
     With ``gates`` the waves are the sliding window's gates (where the rollout pauses, not how many nodes go out at
     once): sized by ``waves`` alone, neither cut to the budget nor spread over domains (the admission of each node
     keeps both), at most ``window.MAX_GATES`` of them (the rest join the last, with a note).
+
+    With ``unit_by`` (gates only) each value of that host variable is one unit of change: the canary is the first
+    unit (the units of the ``canary`` hosts when given), gates hold whole units, and a unit the budget or the spread
+    rule could never let out whole is refused. The plan adds ``units`` (``[{"name", "hosts"}]`` in order),
+    ``unit_of`` (each host's unit) and ``unit_sizes`` (per gate, 0 the canary, its units' sizes: the unit play's serial).
+    ``unit_skipped``: target hosts not planned (skipped at preflight); a unit holding one is held back whole (its planned
+    hosts are left out, listed in ``held_back`` with the reason): changing the rest would mix the unit.
     """
     hosts = _host_list(hosts)
     specs = _wave_specs(waves)
@@ -303,6 +348,14 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
     budget, cap = _cap(max_unavailable, pool_size, unavailable, len(hosts), notes, gates)
     domains = _domains(hosts, hostvars, names)
     index = {host: position for position, host in enumerate(hosts)}
+    try:
+        unit_by = _units.unit_variable(unit_by)
+    except _units.UnitError as exc:
+        raise PlanError(str(exc), argument="unit_by") from None
+    if unit_by:
+        if not gates:
+            raise PlanError("unit_by needs gates=true (the sliding window's plan)", argument="unit_by")
+        return _plan_units(hosts, hostvars, unit_by, canary, canary_count, specs, domains, names, per, budget, cap, notes, unit_skipped)
 
     if canary:
         chosen = _explicit_canary(canary, hosts, domains, names, per, cap)
@@ -363,4 +416,32 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
         "domains": domains,
         "budget": budget,
         "notes": notes,
+    }
+
+
+def _plan_units(hosts, hostvars, unit_by, canary, canary_count, specs, domains, names, per, budget, cap, notes, skipped):
+    units, first, gates, held_back = _unit_plan(hosts, hostvars, unit_by, canary, canary_count, specs, domains, names, per, budget, cap,
+                                                notes, skipped)
+    gates, merged = merge_gates(gates)
+    if merged:
+        notes.append(merged.replace("nodes", "units"))
+    chosen = [host for name in first for host in units[name]]
+    planned = [[host for name in gate for host in units[name]] for gate in gates]
+    gate_of = {host: 0 for host in chosen}
+    for number, wave in enumerate(planned, start=1):
+        gate_of.update({host: number for host in wave})
+    return {
+        "gate_of": gate_of,
+        "canary": chosen,
+        "waves": planned,
+        "sizes": [len(chosen)] + [len(wave) for wave in planned],
+        "order": chosen + [host for wave in planned for host in wave],
+        "domains": domains,
+        "budget": budget,
+        "notes": notes,
+        "unit_by": unit_by,
+        "units": [{"name": name, "hosts": members} for name, members in units.items()],
+        "unit_of": {host: name for name, members in units.items() for host in members},
+        "unit_sizes": [[len(units[name]) for name in first]] + [[len(units[name]) for name in gate] for gate in gates],
+        "held_back": {host: why for name, why in held_back.items() for host in _units.members_named(name, hosts, hostvars, unit_by)},
     }
