@@ -32,7 +32,7 @@ attributes:
   diff_mode:
     support: full
     details:
-      - The diff is the driver version, kernel module flavor and (when managed) fabric manager version before and after.
+      - The diff is the driver version, kernel module flavor and (when managed) fabric manager and IMEX versions before and after.
   idempotent:
     support: full
 options:
@@ -108,6 +108,22 @@ options:
     type: str
     choices: [auto, present, absent, skip]
     default: auto
+  imex:
+    description:
+      - IMEX (C(nvidia-imex)) of a GB200 / GB300 NVL72 compute tray, which refuses to start at any version but the loaded driver's.
+      - V(auto) makes IMEX follow the driver on a node where C(nvidia-imex) is installed and leaves other nodes alone;
+        V(present) always installs it at the driver version; V(absent) removes it; V(skip) leaves it alone.
+      - IMEX is installed at exactly the driver's version (C(nvidia-imex-<branch>) before R580, C(nvidia-imex) from R580 on,
+        release O(package_release)) and held, for both methods. When the repositories do not offer that exact version the
+        module fails before anything changes, in check mode too.
+      - C(nvidia-imex) is stopped before the driver changes and is not started again after a successful change, since it can only
+        start once the new driver is loaded, and the IMEX domain is whole only when every tray of it runs the same version.
+        The nvidia_driver role's verify entry point starts it and waits for the domain. After a failed change the previous
+        driver is loaded again and IMEX is started again.
+    type: str
+    choices: [auto, present, absent, skip]
+    default: auto
+    version_added: 0.2.0
   persistenced:
     description: Start C(nvidia-persistenced) after the driver changed, even when it was not running before.
     type: bool
@@ -235,6 +251,7 @@ plan:
   sample:
     driver: {action: upgrade, before: 535.161.08, after: 550.90.07, kernel_module_before: open, kernel_module_after: open}
     fabricmanager: {action: upgrade, before: 535.161.08, after: 550.90.07, managed: true}
+    imex: {action: none, before: null, after: null, package: null, managed: false}
     changed: true
 reboot_required:
   description:
@@ -306,6 +323,7 @@ ARGUMENT_SPEC = {
     "dkms": {"type": "bool", "default": True},
     "kernel_source_path": {"type": "path"},
     "fabricmanager": {"type": "str", "choices": ["auto", "present", "absent", "skip"], "default": "auto"},
+    "imex": {"type": "str", "choices": ["auto", "present", "absent", "skip"], "default": "auto"},
     "persistenced": {"type": "bool", "default": True},
     "allow_downgrade": {"type": "bool", "default": False},
     "gpu_processes": {"type": "str", "choices": ["refuse", "wait", "kill"], "default": "refuse"},

@@ -12,6 +12,8 @@ load the modules, start the services again (on every exit path), verify.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _state
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.imex_package import SERVICE as IMEX_SERVICE
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.imex_package import ImexPackage
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DEFAULT_LOAD, DriverError, Node
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.package import FabricManagerPackage, PackageMethod
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import check_options, diff, plan, predict_reboot
@@ -28,7 +30,7 @@ def _extra(exc):
 
 
 class DriverManager:
-    def __init__(self, module, node=None, method=None, fabricmanager=None):
+    def __init__(self, module, node=None, method=None, fabricmanager=None, imex=None):
         self.module = module
         # Every option is checked before the first command runs (and before a tool is even looked up).
         self.options = check_options(module.params)
@@ -36,6 +38,7 @@ class DriverManager:
         self.node = node or Node(module, counter=self.counter)
         self.method = method or self._method()
         self._fm = fabricmanager
+        self._imex = imex
         self.reboot_required = False
         self.notes = []
 
@@ -53,8 +56,30 @@ class DriverManager:
                 self._fm = FabricManagerPackage(self.module, self.options, self.counter)
         return self._fm
 
+    @property
+    def imex(self):
+        if self._imex is None:
+            packages = self.method.packages if isinstance(self.method, PackageMethod) else None
+            self._imex = ImexPackage(self.module, self.options, self.counter, packages=packages)
+        return self._imex
+
     # -- reading -------------------------------------------------------------
     def read_current(self):
+        current = self._read_driver()
+        current["imex"] = self._read_imex()
+        return current
+
+    def _read_imex(self):
+        """``{"version", "held", "package", "present", "service"}`` of nvidia-imex; only ``present`` (False) where it is left alone."""
+        option = self.options.get("imex") or "skip"
+        if option == "skip" or (option == "auto" and not self.imex.present_on_node()):
+            return {"version": None, "held": None, "package": None, "present": False, "service": None}
+        found = self.imex.installed()
+        found["present"] = True
+        found["service"] = self.node.systemctl.is_active([IMEX_SERVICE])[IMEX_SERVICE] if self.node.systemctl.available else None
+        return found
+
+    def _read_driver(self):
         if isinstance(self.method, PackageMethod):
             self.method._installed = None
             found = self.method.installed()
@@ -74,6 +99,9 @@ class DriverManager:
         except (DriverError, ToolError) as exc:
             raise DriverError.from_tool(exc, f"{exc.msg}. Nothing was changed", **_extra(exc)) from exc
         the_plan = plan(before, self.options)
+        if the_plan["imex"]["action"] in INSTALL_ACTIONS:
+            # Read only: a tray whose IMEX cannot follow the driver is refused before anything changes (check mode too).
+            self.imex.check_available(the_plan["imex"]["after"])
         result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before}
         if not the_plan["changed"] or self.module.check_mode:
             result["after"] = before
@@ -168,13 +196,19 @@ class DriverManager:
         if drv_action == "hold":
             self.method.hold(the_plan["driver"]["after"])
             drv_action = "none"
-        if drv_action == "none" and fm_action == "none":
+        imex_action = the_plan["imex"]["action"]
+        if imex_action == "hold":
+            self.imex.hold(the_plan["imex"]["after"])
+            imex_action = "none"
+        if drv_action == "none" and fm_action == "none" and imex_action == "none":
             return []
         killed = self.node.clear_gpu_processes(self.options["gpu_processes"], self.options["timeout"])
-        services = before.get("services") or {}
-        running = [unit for unit in ("nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced") if services.get(unit) == "active"]
+        services = dict(before.get("services") or {}, **{IMEX_SERVICE: (before.get("imex") or {}).get("service")})
+        # IMEX first: it holds the GPUs' memory exported to the other trays of the NVLink domain.
+        running = [u for u in (IMEX_SERVICE, "nvidia-dcgm", "nvidia-fabricmanager", "nvidia-persistenced") if services.get(u) == "active"]
         stopped = []  # what was stopped so far: started again on every exit path, a failure to stop included
         services_stopped = False
+        succeeded = False
         unloaded = []
         reload_done = drv_action == "none"  # a fabric manager change alone keeps the modules
         try:
@@ -195,12 +229,13 @@ class DriverManager:
                     self.reboot_required = True
                     self.notes.append(f"the new kernel modules could not be loaded in place ({error.msg}): reboot the node")
             reload_done = True
+            succeeded = True
         finally:
             if not reload_done and unloaded:
                 # Something failed after the old modules were unloaded: put them back.
                 self.node.load(unloaded)
             if services_stopped:
-                self._restart(stopped, drv_action, the_plan)
+                self._restart(stopped, drv_action, the_plan, succeeded)
             else:
                 # A unit would not stop: nothing else was touched, start again exactly what was stopped.
                 self._note_start_failures(self.node.start(stopped))
@@ -238,6 +273,11 @@ class DriverManager:
             self._fm_call(self.fabricmanager.remove)
         elif fm_action != "none" and not (fm_with_driver and drv_action in INSTALL_ACTIONS):
             self._fm_call(self.fabricmanager.install, version)
+        imex = the_plan["imex"]
+        if imex["action"] in INSTALL_ACTIONS:
+            self.imex.install(imex["after"], bool(self.options["allow_downgrade"]) or drv_action == "downgrade")
+        elif imex["action"] == "remove" and imex["package"]:
+            self.imex.remove(imex["package"])
 
     def _fm_call(self, func, *args):
         try:
@@ -249,10 +289,14 @@ class DriverManager:
                 "nvidia-fabricmanager matches the driver: fix the package repository and rerun, or roll back",
             ) from exc
 
-    def _restart(self, stopped, drv_action, the_plan):
+    def _restart(self, stopped, drv_action, the_plan, succeeded=False):
         if drv_action == "remove":
             return
         units = [u for u in ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm") if u in stopped]
+        if IMEX_SERVICE in stopped and not succeeded:
+            # The change failed and the previous driver is back: so is the IMEX that matches it. After a change IMEX
+            # stays stopped until every tray of the NVLink domain runs the new driver: the role's verify starts it.
+            units.append(IMEX_SERVICE)
         if self.options["persistenced"] and "nvidia-persistenced" not in units and drv_action != "none":
             units.insert(0, "nvidia-persistenced")
         if the_plan["fabricmanager"]["action"] in ("install", "upgrade", "downgrade") and "nvidia-fabricmanager" not in units:
@@ -298,6 +342,12 @@ class DriverManager:
                         f"nvidia-fabricmanager {fm} is installed but the service is {state}: see journalctl -u nvidia-fabricmanager",
                         node_state=self._describe_node(after),
                     )
+            if the_plan["imex"]["managed"] and the_plan["imex"]["after"] and (after.get("imex") or {}).get("version") != target:
+                raise DriverError(
+                    f"driver {target} is installed but nvidia-imex is {(after.get('imex') or {}).get('version')}: IMEX refuses to start "
+                    f"at another version. Install nvidia-imex at {target} (held) and rerun, or set imex: skip",
+                    node_state=self._describe_node(after),
+                )
 
     def _describe_node(self, current=None):
         try:
@@ -310,6 +360,7 @@ class DriverManager:
             "driver_loaded": drv["loaded_version"],
             "nvidia_smi": drv["nvidia_smi"],
             "fabricmanager": current["fabricmanager"].get("version"),
+            "imex": (current.get("imex") or {}).get("version"),
             "services": current.get("services"),
             "reboot_required": self.reboot_required,
         }

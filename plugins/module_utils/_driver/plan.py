@@ -10,6 +10,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact, _tools, _version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import imex as imex_rules
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 
 DRIVER_ACTIONS = ("none", "install", "upgrade", "downgrade", "reinstall", "activate", "hold", "remove")
@@ -158,8 +159,8 @@ def plan(current, options):
     """The plan for ``options`` (the module's parameters) against ``current`` (see ``_driver.read_current``).
 
     Returns ``{"driver": {"action", "before", "after", "kernel_module_before", "kernel_module_after"},
-    "fabricmanager": {"action", "before", "after", "managed"}, "changed"}``.
-    Raises PlanError for a downgrade without ``allow_downgrade``.
+    "fabricmanager": {"action", "before", "after", "managed"}, "imex": {"action", "before", "after", "package", "managed"},
+    "changed"}``. Raises PlanError for a downgrade without ``allow_downgrade``.
     """
     driver = current["driver"]
     installed = driver.get("installed_version")
@@ -208,8 +209,21 @@ def plan(current, options):
             result["fabricmanager"].update(action=fm_action, after=target)
         elif wanted_fm is False and fm_version:
             result["fabricmanager"].update(action="remove", after=None)
-    result["changed"] = result["driver"]["action"] != "none" or result["fabricmanager"]["action"] != "none"
+    result["imex"] = _plan_imex(current, options, result["driver"])
+    result["changed"] = any(result[part]["action"] != "none" for part in ("driver", "fabricmanager", "imex"))
     return result
+
+
+def _plan_imex(current, options, driver_plan):
+    """IMEX at exactly the driver's version (``_driver.imex.plan_imex``); ``current["imex"]`` is what the node has."""
+    installed = current.get("imex") or {}
+    try:
+        wanted = imex_rules.imex_wanted(options.get("imex") or "skip", installed.get("version") or installed.get("present"))
+        target = driver_plan["after"] if options["state"] == "present" else None
+        allow = bool(options.get("allow_downgrade")) or driver_plan["action"] == "downgrade"
+        return imex_rules.plan_imex(installed, target, wanted, allow_downgrade=allow)
+    except imex_rules.ImexError as exc:
+        raise PlanError(exc.msg) from exc
 
 
 def predict_reboot(current, plan_result):
@@ -235,6 +249,10 @@ def diff(plan_result):
     if fm["managed"]:
         before["fabricmanager"] = fm["before"]
         after["fabricmanager"] = fm["after"]
+    imex = plan_result.get("imex") or {}
+    if imex.get("managed"):
+        before["imex"] = imex["before"]
+        after["imex"] = imex["after"]
     return {"before": before, "after": after}
 
 

@@ -11,6 +11,7 @@ Made up here (no real capture): the message and exit status 1 of `-N` when the l
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -57,9 +58,20 @@ def _node(state: dict[str, Any], member: dict[str, str]) -> dict[str, Any]:
     return {"address": member["address"], "ready": ready, "version": version, "config": config}
 
 
+def _config_addresses(text: str | None) -> list[str]:
+    return [line.strip() for line in (text or "").splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
 def domain(state: dict[str, Any]) -> dict[str, Any]:
-    """The nodes, the connectivity marks and the domain state as the local IMEX daemon sees them."""
-    nodes = [_node(state, member) for member in state["nvlink"]["members"]]
+    """The nodes, the connectivity marks and the domain state as the local IMEX daemon sees them.
+
+    The daemon's node map is the tray's own nodes_config.cfg (node ids are its line numbers); an address that is no tray
+    of the fleet never answers (UNAVAILABLE). Without the file, the domain's trays in fleet order."""
+    members = state["nvlink"]["members"]
+    by_address = {member["address"]: member for member in members}
+    addresses = _config_addresses(nodes_config(state["nvlink"].get("nodes_root"), state["name"])) or [m["address"] for m in members]
+    nodes = [_node(state, by_address[a]) if a in by_address else {"address": a, "ready": False, "version": None, "config": None}
+             for a in addresses]
     matrix = []
     for a in nodes:
         row = []
@@ -126,5 +138,24 @@ def imex_ctl_main(argv: list[str]) -> int:
     if not running:
         err("Failed to connect to the IMEX daemon: is the nvidia-imex service running?")
         return 1
+    if "-j" in argv:
+        out(json.dumps(render_json(domain(state)), indent=2))
+        return 0
     out(render_nodes(domain(state)), end="")
     return 0
+
+
+_JSON_MARKS = {"C": "CONNECTED", "I": "INVALID", "N": "NEVER_CONNECTED", "!V!": "VERSION_MISMATCH", "!M!": "NODE_MAP_MISMATCH"}
+
+
+def render_json(view: dict[str, Any]) -> dict[str, Any]:
+    """`nvidia-imex-ctl -N -j`: the key names of NVIDIA's ai-cloud-validation docstring (an abridged shape, no capture)."""
+    nodes = {}
+    for i, node in enumerate(view["nodes"]):
+        connections = {str(j): {"host": other["address"], "status": _JSON_MARKS[view["matrix"][i][j]], "changed": False}
+                       for j, other in enumerate(view["nodes"])}
+        entry = {"status": "READY" if node["ready"] else "UNAVAILABLE", "host": node["address"], "connections": connections, "changed": False}
+        if node["version"]:
+            entry["version"] = node["version"]
+        nodes[str(i)] = entry
+    return {"nodes": nodes, "timestamp": _timestamp(), "status": view["state"]}

@@ -154,7 +154,7 @@ def systemctl_main(argv: list[str]) -> int:
         if verb == "status":
             rc = max(rc, _status(state, unit))
         elif verb == "show":
-            out(f"ActiveState={_active_word(svc)}\nUnitFileState={'enabled' if svc['enabled'] else 'disabled'}\n"
+            out(f"LoadState=loaded\nActiveState={_active_word(svc)}\nUnitFileState={'enabled' if svc['enabled'] else 'disabled'}\n"
                 f"MainPID={svc.get('pid', 0) if svc['active'] else 0}")
         elif verb == "is-active":
             if not quiet:
