@@ -208,6 +208,14 @@ drained:
   type: list
   elements: str
   sample: [gpu-05]
+held_by_others:
+  description:
+    - The O(admit) nodes out of service for someone else at this reading (a person's drain, a node DOWN). They are counted as out
+      already and not drained, so their slot is not the caller's; the rollout skips them rather than drain them later.
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu-07]
 waited_s:
   description: Seconds spent waiting for capacity.
   returned: always

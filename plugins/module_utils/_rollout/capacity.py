@@ -253,7 +253,18 @@ def assess(nodes, options):
             break
         taken.add(name)
     admitted = not why and counted <= options["budget"]  # the nodes out alone may exceed it: then nothing fits
-    return {"unavailable": unavailable, "counted": counted, "admitted": admitted, "why": why}
+    return {"unavailable": unavailable, "counted": counted, "admitted": admitted, "why": why,
+            "held_by_others": held_by_others(options["admit"], unavailable)}
+
+
+def held_by_others(admit, unavailable):
+    """The nodes of ``admit`` out of service for someone else (a person's drain, DOWN), in ``admit``'s order.
+
+    The window counts such a node as out already and drains nothing, so its slot is not the rollout's: if it came back
+    into service before the node's own drain step, that drain would take it out with no admission (invariant 1). The
+    caller skips these nodes instead (their drain and reason are kept; a later run takes them)."""
+    others = {entry["node"] for entry in unavailable if not entry["ours"]}
+    return [name for name in admit if name in others]
 
 
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
@@ -474,6 +485,7 @@ def run(module, params, clock=None):
         "counted": found["counted"],
         "admit": options["admit"],
         "drained": drained,
+        "held_by_others": found.get("held_by_others", []),
         "waited_s": round(waited, 3),
         "samples": samples,
         "waited_why": waited_why if waited_why and (samples > 1 or not found["admitted"]) else "",

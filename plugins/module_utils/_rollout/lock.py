@@ -296,9 +296,14 @@ def _acquire(doc, rollout, options, now, node, warnings):
             _state.append_history(doc, "rollout", "break_stale_lock", before=rollout["id"], after=rollout_id, result="ok", rollout_id=rollout_id,
                                   details={"owner": rollout.get("owner"), "age_s": info["age_s"], "phase": rollout.get("phase")},
                                   now=_iso(now))
+        # A finished or released rollout's section is kept whole under "superseded" (one level): a run that is refused
+        # before it does anything (its preflight found another target held) gives it back on release.
+        superseded = {k: v for k, v in rollout.items() if k != "superseded"} if rollout["id"] and rollout["status"] in ("done", "released") else None
         rollout.clear()
         rollout.update(id=rollout_id, run=options.get("run_nonce"), owner=options["owner"], acquired_at=now, heartbeat_at=now, wave=None,
                        phase=None, status="running", result=None, phases=[], updated_at=None, detail=None, before=None, rollback=None)
+        if superseded is not None:
+            rollout["superseded"] = copy.deepcopy(superseded)
     if options.get("wave") is not None:
         rollout["wave"] = options["wave"]
     _keep_before(rollout, options)
@@ -366,6 +371,7 @@ def apply(doc, options, now, node, warnings):
         changed = _phase_then_next(rollout, options, now)
         if changed:
             _keep_before(rollout, options)
+            rollout.pop("superseded", None)  # this run has begun its work on the node: nothing is given back any more
     elif action == "finish":
         if rollout["id"] != rollout_id:
             raise _not_held(rollout, rollout_id, node)
@@ -382,6 +388,13 @@ def apply(doc, options, now, node, warnings):
         if _other_run(rollout, options):
             warnings.append(f"node {node} is held by another run of rollout {rollout_id}: its lock is left as it is")
         elif rollout["id"] == rollout_id and rollout["status"] == "running":
+            if rollout.get("superseded") and not rollout["phases"]:
+                # This run did nothing on the node (refused at its preflight): the rollout it took the node from gets its
+                # finished section back as it was, so that its record and its next run find it.
+                _state.append_history(doc, "rollout", "give_back", before=rollout_id, after=rollout["superseded"].get("id"), result="ok",
+                                      rollout_id=rollout_id, now=_iso(now))
+                doc["rollout"] = copy.deepcopy(rollout["superseded"])
+                return True
             rollout.update(status="released", heartbeat_at=now)
             changed = True
         elif rollout["status"] == "running":

@@ -206,6 +206,23 @@ def test_a_wave_node_already_out_counts_once(slurm, run_module):
     assert result["counted"] == 3 and result["admitted"] is True
 
 
+@pytest.mark.parametrize(
+    ("states", "held"),
+    [
+        ({"gpu-05": "mixed_drain_ours"}, []),  # our own drain (an interrupted run): the slot is ours
+        ({"gpu-05": "down_admin"}, ["gpu-05"]),  # a person's drain / DOWN: out for someone else, not our slot
+        ({"gpu-06": "idle_fail", "gpu-05": "down_reboot_complete"}, ["gpu-05", "gpu-06"]),  # another rollout's reason too
+        ({"gpu-01": "idle_fail"}, []),  # out, but not one of the admitted nodes
+    ],
+)
+def test_admitted_nodes_out_for_someone_else_are_named(slurm, run_module, states, held):
+    """Invariant 1: such a node is counted as out and never drained by the admission, so the rollout skips it rather than
+    drain it at its own drain step after it came back (found by the rollout's property tests)."""
+    slurm.on(SHOW, stdout=listing(states))
+    result = run_module(slurm_capacity.main, args(max_unavailable=4))
+    assert result["admitted"] is True and result["held_by_others"] == held, result
+
+
 def test_nodes_already_out_alone_over_the_budget_refuse_even_an_empty_wave(slurm, run_module):
     slurm.on(SHOW, stdout=listing({"gpu-01": "idle_fail", "gpu-02": "down_admin"}))
     result = run_module(slurm_capacity.main, args(max_unavailable=1, admit=[]))

@@ -43,6 +43,7 @@ what broke and its events. To replay seed N (1 the invariant), from the reposito
 
 from __future__ import annotations
 
+import copy
 import datetime
 import functools
 import random
@@ -433,7 +434,12 @@ class Controller:
             if found is None:  # another admission holds the mutex: try again at the next tick
                 model.seen["mutex held by the other controller"] += 1
                 return
-            if found["admitted"]:
+            if found["admitted"] and node in found["held_by_others"]:
+                # out for someone else: the role skips it at its admission (admit.yml), never drains it later
+                model.seen["a node out for someone else skipped at its admission"] += 1
+                self.finish(node, "skipped", detail="out of service for someone else when admitted")
+                self.waited = 0
+            elif found["admitted"]:
                 self.local[node] = "admitted"
                 self.waited = 0
             else:
@@ -804,15 +810,13 @@ def test_invariant_holds_over_random_event_sequences(number):
     assert failure is None, failure
 
 
-# Found by the property above over seeds 0-5999 (these 3 of 7): a node out of service for someone else (a person's drain,
-# a node DOWN) is admitted as "already out" (window.admission: ``candidate in out``; capacity.assess counts it once and
-# drains nothing); it comes back into service before the node's drain step, which then drains it with no capacity check
-# (slurm.plan drained on a node in service): one more out than the budget. Seed 5351: t0 a person drains gpu-02, r-a admits
-# it (2 of the budget of 2 out with it); t1 the person resumes gpu-02 and gpu-01 and gpu-04 are lost; r-a's drain step
-# takes gpu-02 out: 3 out.
-@pytest.mark.xfail(strict=True, reason="invariant 1: window.admission admits a node out for someone else as already out; "
-                                       "its drain step later takes it out of service with no capacity check (issue 22, for the lead)")
-@pytest.mark.parametrize("seed", [5351, 1021, 1462])
+# Found by the property above over seeds 0-5999 (these 3 of 7, before the fix): a node out of service for someone else (a
+# person's drain, a node DOWN) was admitted as "already out" (window.admission: ``candidate in out``; capacity.assess counts
+# it once and drains nothing); it came back into service before the node's drain step, which then drained it with no
+# capacity check (slurm.plan drained on a node in service): one more out than the budget. Seed 5351: t0 a person drains
+# gpu-02, r-a admits it (2 of the budget of 2 out with it); t1 the person resumes gpu-02 and gpu-01 and gpu-04 are lost;
+# r-a's drain step took gpu-02 out: 3 out. Now the admission reports it (held_by_others) and the rollout skips it there.
+@pytest.mark.parametrize("seed", [5351, 1021, 1462, 2342, 2352, 3966, 5506])
 def test_invariant_1_node_admitted_while_out_for_someone_else(seed):
     failure = first_failure(1, [seed])
     assert failure is None, failure
@@ -821,7 +825,8 @@ def test_invariant_1_node_admitted_while_out_for_someone_else(seed):
 # Each case the sequences must reach at least this often over SEEDS, or the properties above would pass vacuously.
 REACHED = {
     "admission": 500, "admission inside another's read": 20, "mutex held by the other controller": 20,
-    "admission refused (budget or domain)": 200, "a person's drain found at the drain step": 20, "a job outlived its drain": 10,
+    "admission refused (budget or domain)": 200, "a person's drain found at the drain step": 5,
+    "a node out for someone else skipped at its admission": 20, "a job outlived its drain": 10,
     "a killed run's node rebuilt from its state file": 30, "result upgraded": 200, "result rolled_back": 30, "result failed_drained": 10,
     "result skipped": 30, "result unchanged": 5, "a node lost in flight": 20, "a run of r-z refused by the lock": 20,
     "a run of r-a refused by the lock": 20, "a resume": 200, "a finished rollout run again": 30, "the canary failed": 20,
@@ -838,14 +843,12 @@ def test_the_sequences_reach_every_case():
     assert not short, f"cases reached too rarely over {len(SEEDS)} seeds: {short} (all: {dict(seen)})"
 
 
-# Found by the model's second rollout (25 of the 120 "rival" seeds, the first seed 2, set rival_took): the role's preflight acquires every target, then
-# refuses the whole rollout when one acquire was refused (preflight.yml; the refusal ends the playbook before report.yml
-# releases anything). lock._acquire gives the second rollout every node the first one has finished (a done section is no
-# lock) and clears that section: the first rollout's result and rollback on the node are gone, and its next run is refused
-# there (the refused rollout's lock is fresh) and cannot rebuild the node's record. The model skips invariant 8 and the
-# record checks after such a refusal; this test keeps the case visible.
-@pytest.mark.xfail(strict=True, reason="invariant 11 / issue 22 resume: a refused second rollout keeps the locks it took on the first "
-                                       "rollout's finished nodes and erased their sections (lock._acquire + the role's acquire-then-refuse)")
+# Found by the model's second rollout (25 of the 120 "rival" seeds, the first seed 2, set rival_took): the role's preflight
+# acquires every target, then refuses the whole rollout when one acquire was refused (preflight.yml). lock._acquire gave
+# the second rollout every node the first one had finished (a done section is no lock) and cleared that section, and the
+# refusal ended the playbook with those locks held: the first rollout's result and rollback on the node were gone, and its
+# next run was refused there. Now _acquire keeps the finished section (superseded) and the refusing preflight releases
+# what it took, which gives it back whole. (The model still skips invariant 8 and the record checks after such a refusal.)
 def test_invariant_11_a_refused_second_rollout_leaves_the_first_rollouts_nodes_as_they_were():
     files = {"gpu-01": {}, "gpu-02": {}}
 
@@ -855,13 +858,37 @@ def test_invariant_11_a_refused_second_rollout_leaves_the_first_rollouts_nodes_a
 
     for node in files:
         lock("r-a", "runA0001", node, "acquire", before={"driver": OLD})
-    lock("r-a", "runA0001", "gpu-01", "finish", result="upgraded")
-    refused = []
+    lock("r-a", "runA0001", "gpu-01", "finish", result="upgraded", rollback=None)
+    finished = copy.deepcopy(files["gpu-01"]["rollout"])
+    refused, taken = [], []
     for node in files:  # the second rollout's preflight, as the role runs it
         try:
             lock("r-z", "runZ0001", node, "acquire")
+            taken.append(node)
         except _lock.LockRefused:
             refused.append(node)
-    assert refused == ["gpu-02"]  # it refuses to start (invariant 11 holds) ...
+    assert refused == ["gpu-02"] and taken == ["gpu-01"]  # it refuses to start (invariant 11 holds) ...
+    for node in taken:  # ... and gives back what it took (preflight.yml, before its refusal)
+        lock("r-z", "runZ0001", node, "release")
+    assert files["gpu-01"]["rollout"] == finished  # the first rollout's section whole again
     kept = _lock.section(files["gpu-01"])
-    assert (kept["id"], kept["status"], kept["result"], kept["before"]) == ("r-a", "done", "upgraded", {"driver": OLD})  # ... touching nothing
+    assert (kept["id"], kept["status"], kept["result"], kept["before"]) == ("r-a", "done", "upgraded", {"driver": OLD})
+    assert lock("r-a", "runA0002", "gpu-01", "acquire") is False  # its next run finds it finished: nothing to do
+
+
+def test_a_second_rollout_that_began_its_work_keeps_the_node():
+    """Only a run that did nothing on the node gives the first rollout's section back: once a phase is recorded, the node
+    is the second rollout's (released, not handed back)."""
+    doc = {}
+
+    def lock(rid, nonce, action, **params):
+        options = _lock.check_params({"rollout_id": rid, "run_nonce": nonce, "action": action, "owner": f"ctl {nonce}", **params})
+        return _lock.apply(doc, options, T0, "gpu-01", [])
+
+    lock("r-a", "runA0001", "acquire")
+    lock("r-a", "runA0001", "finish", result="upgraded")
+    lock("r-z", "runZ0001", "acquire")
+    lock("r-z", "runZ0001", "phase", phase="preflight", status="ok")
+    lock("r-z", "runZ0001", "release")
+    kept = _lock.section(doc)
+    assert (kept["id"], kept["status"], "superseded" in kept) == ("r-z", "released", False)
