@@ -401,9 +401,11 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
         notes.append(f"{capped} wave(s) were cut to the budget: at most {cap} nodes out at once")
     if spread_cut:
         notes.append(f"{spread_cut} wave(s) hold fewer nodes than their size: at most {per} per value of {', '.join(names)} in one wave")
-    order = list(chosen)
-    for wave in planned:
-        order.extend(wave)
+    return _gated(chosen, planned, domains, budget, notes)
+
+
+def _gated(chosen, planned, domains, budget, notes):
+    """The plan of a canary and its gates (nodes or units): each node's gate, the sizes, the admission order."""
     gate_of = {host: 0 for host in chosen}
     for number, wave in enumerate(planned, start=1):
         gate_of.update({host: number for host in wave})
@@ -412,7 +414,7 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
         "canary": chosen,
         "waves": planned,
         "sizes": [len(chosen)] + [len(wave) for wave in planned],
-        "order": order,
+        "order": chosen + [host for wave in planned for host in wave],
         "domains": domains,
         "budget": budget,
         "notes": notes,
@@ -427,18 +429,8 @@ def _plan_units(hosts, hostvars, unit_by, canary, canary_count, specs, domains, 
         notes.append(merged.replace("nodes", "units"))
     chosen = [host for name in first for host in units[name]]
     planned = [[host for name in gate for host in units[name]] for gate in gates]
-    gate_of = {host: 0 for host in chosen}
-    for number, wave in enumerate(planned, start=1):
-        gate_of.update({host: number for host in wave})
     return {
-        "gate_of": gate_of,
-        "canary": chosen,
-        "waves": planned,
-        "sizes": [len(chosen)] + [len(wave) for wave in planned],
-        "order": chosen + [host for wave in planned for host in wave],
-        "domains": domains,
-        "budget": budget,
-        "notes": notes,
+        **_gated(chosen, planned, domains, budget, notes),
         "unit_by": unit_by,
         "units": [{"name": name, "hosts": members} for name, members in units.items()],
         "unit_of": {host: name for name, members in units.items() for host in members},

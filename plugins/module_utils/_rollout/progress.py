@@ -22,6 +22,7 @@ import heapq
 import math
 from collections.abc import Mapping
 
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout import duration_text  # the report's own words for a duration
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.rollout_records import PHASES
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError, whole_count
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.record import phase_times
@@ -42,18 +43,6 @@ SHOWN_WAITERS = 2
 
 class ProgressError(ValueError):
     """Input the progress cannot use; the message names the node and the field, and what to pass instead."""
-
-
-def duration_text(seconds):
-    """``4m 10s``, ``1h 05m``, ``12s``."""
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
 
 
 def _seconds(value, field):
