@@ -226,12 +226,20 @@ def test_reboot_through_slurm_from_the_slurm_client_then_resume(fleet):
     facts = fleet.facts(doc, "idle-01")
     assert facts["rebooted"] is True
     assert facts["boot_id"]["before"] != facts["boot_id"]["after"] and facts["boot_id"]["after"]
-    assert fleet.node("idle-01") == ("DOWN", f"{OURS} : reboot issued : reboot complete")
+    assert_drained_after_reboot(fleet, "idle-01")
 
     proc, doc = fleet.role("idle-01", "resume")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.facts(doc, "idle-01")["resumed"] is True
     assert fleet.wait_state("idle-01", lambda s: s == "IDLE") == "IDLE"
+
+
+def assert_drained_after_reboot(fleet, name):
+    """Slurm ended its reboot (nextstate=DOWN) with DRAIN cleared; the role drains the node again at once (Slurm's notes
+    kept), so that ReturnToService=2 cannot put it back into service before the rollout has validated it."""
+    state, reason = fleet.node(name)
+    assert state in ("DOWN+DRAIN", "IDLE+DRAIN"), (name, state, reason)
+    assert reason == f"{OURS} : reboot issued : reboot complete", (name, state, reason)
 
 
 def _lost_reboot(fleet, name, count, **extra):
@@ -245,7 +253,7 @@ def _lost_reboot(fleet, name, count, **extra):
     facts = fleet.facts(doc, name)
     assert facts["rebooted"] is True and facts["boot_id"]["before"] != facts["boot_id"]["after"], facts
     # Slurm took the boot for the reboot it asked for (within ResumeTimeout: not "reboot timed out"), our reason kept.
-    assert fleet.node(name) == ("DOWN", f"{OURS} : reboot issued : reboot complete")
+    assert_drained_after_reboot(fleet, name)
     log = (fleet.workdir / "supervisor.log").read_text()
     assert f"{name}: Slurm's reboot request lost (fault reboot_lost)" in log, log[-2000:]
     proc, doc = fleet.role(name, "resume")
@@ -299,7 +307,7 @@ def test_reboot_without_a_slurm_client_asks_from_the_node_itself(fleet):
     assert request.get("unreachable") or any("asked Slurm to reboot itself" in w for w in request.get("warnings", [])), request
     facts = fleet.facts(doc, "pre-01")
     assert facts["rebooted"] is True and facts["boot_id"]["before"] != facts["boot_id"]["after"]
-    assert fleet.node("pre-01") == ("DOWN", f"{OURS} : reboot issued : reboot complete")
+    assert_drained_after_reboot(fleet, "pre-01")
     proc = fleet.role("pre-01", "resume", **alone)[0]
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert fleet.wait_state("pre-01", lambda s: s == "IDLE") == "IDLE"

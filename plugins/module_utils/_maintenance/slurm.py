@@ -362,9 +362,13 @@ def plan(node, desired, want_reason, force=False):
         if hold == "others":
             note = f"node {name} is out of service for someone else or holds their reason {_someone(node)}: {why}. Left as it is, counted as unavailable"
             return {"action": None, "drained_by_others": True, "note": note}
-        if node["drain"] and node["reason"] == want_reason:
+        reason = node["reason"] or ""
+        if node["drain"] and (reason == want_reason or (hold == "ours" and _without_notes(reason) == want_reason)):
             return {"action": None, "drained_by_others": False, "note": None}
-        return {"action": "drain", "drained_by_others": False, "note": None}
+        # DOWN after our own reboot (nextstate=DOWN): Slurm cleared the DRAIN flag, and with ReturnToService=2 it returns
+        # the node to service at its next answer. The drain keeps Slurm's notes, so the reboot stays known as done.
+        keep = hold == "ours" and _without_notes(reason) == want_reason and reason.endswith(" : reboot complete")
+        return {"action": "drain", "drained_by_others": False, "note": None, "reason": reason if keep else want_reason}
     if desired == "resumed":
         if hold == "in_service":
             return {"action": None, "drained_by_others": False, "note": None}
@@ -456,7 +460,7 @@ def run(module, params):
         step = _recheck(slurm, step, desired, want_reason, params.get("force", False), result)
     if step["action"] and not check:
         if step["action"] == "drain":
-            slurm.update("State=DRAIN", f"Reason={want_reason}")
+            slurm.update("State=DRAIN", f"Reason={step.get('reason', want_reason)}")
         elif step["action"] == "resume":
             slurm.update("State=RESUME")
         elif step["action"] == "reboot":
@@ -484,7 +488,8 @@ def run(module, params):
         result["drain_state"] = after["drain_state"]
         result["jobs"] = after["jobs"]
     predicted = check or self_reboot
-    result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], want_reason) if predicted else _diff_view(after)}
+    predicted_reason = step.get("reason", want_reason)
+    result["diff"] = {"before": _diff_view(before), "after": _predict(before, step["action"], predicted_reason) if predicted else _diff_view(after)}
     return result
 
 

@@ -650,3 +650,15 @@ def test_a_boot_time_in_another_format_fails_and_changes_nothing(slurm, run_modu
     assert result["failed"] is True
     assert "BootTime='11/30-15:38:18'" in result["msg"] and "SLURM_TIME_FORMAT" in result["msg"], result["msg"]
     assert not any(argv[1] == "update" for argv in argvs(slurm))
+
+
+def test_drained_after_our_reboot_sets_the_drain_again_with_slurms_notes(slurm, run_module, monkeypatch):
+    # scontrol reboot nextstate=DOWN ends with DRAIN cleared: ReturnToService=2 would put the node back into service at its
+    # next answer (seen on Debian's slurmctld 22.05 about 30 s after the reboot completed). drained sets DRAIN again.
+    done = "gpufleet:r9: reboot : reboot issued : reboot complete"
+    sequence(slurm, monkeypatch, show(), [node_text(state="DOWN", reason=done)] * 2 + [node_text(state="DOWN+DRAIN", reason=done)])
+    slurm.on(update("State=DRAIN", f"Reason={done}"))
+    result = run_module(slurm_node.main, {"node": "busy-01", "state": "drained", "reason": "reboot", "rollout_id": "r9"})
+    assert update("State=DRAIN", f"Reason={done}") in argvs(slurm), argvs(slurm)
+    assert result["changed"] is True and result["drained_by_others"] is False, result
+    assert result["diff"]["after"] == {"state": "DOWN+DRAIN", "reason": done}, result["diff"]

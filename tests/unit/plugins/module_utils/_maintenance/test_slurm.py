@@ -187,3 +187,21 @@ def test_plan_reboot_matches_the_reason_exactly_not_as_a_prefix():
     done = judged(state("DOWN", "gpufleet:r1: driver : reboot issued : reboot complete"))
     assert plan(done, "rebooted", "gpufleet:r1: driver")["action"] is None
     assert plan(done, "rebooted", "gpufleet:r1: drive")["action"] == "reboot"
+
+
+def test_plan_drain_after_our_reboot_keeps_slurms_notes():
+    """Slurm ends our reboot (nextstate=DOWN) with DRAIN cleared: with ReturnToService=2 the node would go back into service
+    at its next answer. drained sets the drain again and keeps the reason with Slurm's notes, so the reboot stays done."""
+    want = "gpufleet:r1: driver"
+    done = judged(state("DOWN", f"{want} : reboot issued : reboot complete"))
+    step = plan(done, "drained", want)
+    assert step["action"] == "drain" and step["reason"] == f"{want} : reboot issued : reboot complete", step
+    # Drained again (by us, notes kept): nothing more to do, and the reboot is still the one asked.
+    again = judged(state("DOWN+DRAIN", f"{want} : reboot issued : reboot complete"))
+    assert again["hold"] == "ours"
+    assert plan(again, "drained", want)["action"] is None
+    assert plan(again, "rebooted", want)["action"] is None
+    # Another reason of ours: a plain drain with the new reason (the notes belong to the other reboot).
+    assert plan(done, "drained", "gpufleet:r1: held")["reason"] == "gpufleet:r1: held"
+    # A DOWN of someone else is never drained over.
+    assert plan(judged(state("DOWN", "gpufleet:r1: x : reboot timed out")), "drained", want)["action"] is None
