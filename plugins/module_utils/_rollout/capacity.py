@@ -209,9 +209,9 @@ def is_ours(reason, owner_tag, rollout_id):
     return re.fullmatch(re.escape(f"{owner_tag}:{rollout_id}: ") + r"[^\n]+", reason) is not None
 
 
-def read_nodes(scontrol):
-    """``{name: node}`` of every node Slurm knows, from one ``scontrol show node -o``."""
-    argv = ["show", "node", "-o"]
+def read_nodes(scontrol, names=None):
+    """``{name: node}`` of every node Slurm knows (or of ``names`` only), from one ``scontrol show node -o [NAMES]``."""
+    argv = ["show", "node", "-o"] + ([",".join(names)] if names else [])
     rc, out, err = scontrol.run(argv, ok_rcs=None, timeout=CALL_TIMEOUT)
     cmd = [scontrol.path, *argv]
     if rc != 0:
@@ -434,11 +434,27 @@ def _admit_once(scontrol, options, mutex, check_mode):
         if found["admitted"]:
             out = {entry["node"] for entry in found["unavailable"]}
             drained = [name for name in options["admit"] if name not in out]
+            taken = _taken_since(scontrol, drained)
+            if taken:
+                # Slurm has no compare-and-set: a drain set since our read is someone else's, and ours would overwrite
+                # its reason. Back off; the next reading counts the node as held by others.
+                found = dict(found, admitted=False, why=f"{', '.join(taken)} went out of service for someone else while this admission "
+                                                        "prepared its drain (their drain and reason are kept)")
+                return found, []
             if drained:
                 drain(scontrol, drained, options["drain_reason"])
         return found, drained
     finally:
         mutex.release()
+
+
+def _taken_since(scontrol, names):
+    """Of ``names`` (read in service a moment ago), those Slurm now shows out of service: one more read, of them only,
+    right before the drain (the window left is one scontrol round trip, as slurm_node's)."""
+    if not names:
+        return []
+    fresh = read_nodes(scontrol, names)
+    return [name for name in names if name not in fresh or unavailable_why(fresh[name])]
 
 
 def _why_not(options, found):

@@ -44,10 +44,13 @@ class FakeSlurm:
         self.reservations: dict[str, list[str]] = {}
         self.log: list[tuple] = []
         self.on_read = None  # called once, at the next read (the staged race)
+        self.after_read = None  # called once, right after the next whole read was answered (a change between read and drain)
 
-    def listing(self):
+    def listing(self, names=None):
         lines = []
         for name, node in self.nodes.items():
+            if names is not None and name not in names:
+                continue
             text = re.sub(r" State=\S+", f" State={node['state']}", re.sub(r"^NodeName=\S+ ", f"NodeName={name} ", IDLE))
             if node["reason"]:
                 text += f" Reason={node['reason']} [root@2026-11-30T15:38:31]"
@@ -61,7 +64,14 @@ class FakeSlurm:
             hook, self.on_read = self.on_read, None
             if hook:
                 hook()
-            return 0, self.listing(), ""
+            listing = self.listing()
+            after, self.after_read = self.after_read, None
+            if after:
+                after()
+            return 0, listing, ""
+        if argv[:3] == ["show", "node", "-o"] and len(argv) == 4:
+            self.log.append(("reread", argv[3]))
+            return 0, self.listing(argv[3].split(",")), ""
         fields = dict(arg.split("=", 1) for arg in argv[1:] if "=" in arg)
         if verb == "create" and argv[1] == "reservation":
             name = fields["ReservationName"]
@@ -113,7 +123,7 @@ def test_the_admission_drains_what_it_admits_under_the_mutex_and_releases_it(slu
     result = run_module(slurm_capacity.main, args())
     assert not result.get("failed"), result
     assert result["admitted"] is True and result["changed"] is True and result["drained"] == ["gpu-03"]
-    assert slurm.log == [("lock", MUTEX, "gpu-01", "IGNORE_JOBS,OVERLAP", "2"), ("read",),
+    assert slurm.log == [("lock", MUTEX, "gpu-01", "IGNORE_JOBS,OVERLAP", "2"), ("read",), ("reread", "gpu-03"),
                          ("drain", "gpu-03", "gpufleet:awx-1: admitted by slurm_capacity"), ("unlock", MUTEX)]
     assert slurm.reservations == {}
     assert slurm.nodes["gpu-03"] == {"state": "IDLE+DRAIN", "reason": "gpufleet:awx-1: admitted by slurm_capacity"}
@@ -204,3 +214,22 @@ def test_a_mutex_that_cannot_be_deleted_is_a_warning_the_drain_stands(slurm, run
     result = run_module(slurm_capacity.main, args())
     assert not result.get("failed") and result["drained"] == ["gpu-03"]
     assert any("expires by itself within 2 minutes" in w for w in warnings), warnings
+
+
+def test_a_drain_someone_sets_between_the_read_and_ours_is_kept(slurm, run_module):
+    """Slurm has no compare-and-set: a person drains the admitted node after the admission read it in service. The node is
+    read again right before the drain; the admission backs off (their reason kept) and, on its next reading, counts the
+    node as held by someone else instead of draining it."""
+    person = {"state": "IDLE+DRAIN", "reason": "admin: PSU swap"}
+    slurm.after_read = lambda: slurm.nodes.update({"gpu-03": dict(person)})
+    result = run_module(slurm_capacity.main, args(max_unavailable=2, wait_timeout=3, poll_interval=1))
+    assert slurm.nodes["gpu-03"] == person
+    assert "drain" not in [entry[0] for entry in slurm.log], slurm.log
+    assert result["drained"] == [] and result["held_by_others"] == ["gpu-03"], result
+    assert slurm.reservations == {}
+
+
+def test_a_node_in_service_at_the_reread_is_drained(slurm, run_module):
+    result = run_module(slurm_capacity.main, args(admit=["gpu-03", "gpu-04"], max_unavailable=2))
+    assert result["drained"] == ["gpu-03", "gpu-04"], result
+    assert ("reread", "gpu-03,gpu-04") in slurm.log

@@ -168,6 +168,8 @@ class FakeScontrol:
             if hook:  # the other admission runs now: after this read, before this caller's drain
                 hook()
             return 0, listing, ""
+        if argv[:3] == ["show", "node", "-o"] and len(argv) == 4:  # the re-read of the admitted nodes right before the drain
+            return 0, "\n".join(slurm.line(name) for name in argv[3].split(",") if name in slurm.nodes) + "\n", ""
         fields = dict(arg.split("=", 1) for arg in argv[1:] if "=" in arg)
         if argv[:2] == ["create", "reservation"]:
             if fields["ReservationName"] in slurm.reservations:
