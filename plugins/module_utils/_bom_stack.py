@@ -200,6 +200,11 @@ def _selected(ports, group):
     return chosen
 
 
+def ports_of_group(ports, group):
+    """The ports (gpu_facts' rdma ports) that a normalised ``rdma_ports`` group selects: its link layer, CA type and devices."""
+    return _selected(ports, group)
+
+
 def _group_name(group):
     parts = [group["link_layer"], *([group["ca_type"]] if group["ca_type"] else []), f"{group['rate']}G"]
     return "/".join(parts)

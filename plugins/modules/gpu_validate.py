@@ -19,7 +19,11 @@ description:
     C(xid) (no critical Xid since boot or O(xid_since)), C(ecc) (no volatile double-bit error, no pending row remap or page retirement;
     ECC disabled warns),
     C(temperature), C(clocks_event_reasons) (no thermal or power slowdown), C(pcie_link) (at maximum generation and width),
-    C(nvlink) (every link up, the same number on every GPU, and links at all on NVSwitch systems);
+    C(nvlink) (every link up, the same number on every GPU, and links at all on NVSwitch systems),
+    and the stack around the driver, each skipped with its reason unless O(expected_stack) names what it checks:
+    C(ib_ports) (every InfiniBand / RoCE port of the C(rdma_ports) of O(expected_stack) Active / LinkUp at its rate and link layer),
+    C(peermem) (C(nvidia_peermem) loaded, at the loaded driver's version) and C(dcgm) (DCGM's host engine answers, at the
+    BOM's version);
     V(standard) (minutes): adds C(cuda_smoke) and C(dcgm_diag) (C(dcgmi diag -r 2));
     V(full) (tens of minutes, loads every GPU): adds C(dcgmi diag -r 3), C(nccl_busbw) (nccl-tests C(all_reduce_perf) bus bandwidth)
     and C(gpu_burn) (every GPU of the node tested and OK)."
@@ -68,13 +72,13 @@ options:
     type: list
     elements: str
     choices: [gpu_count, driver_version, fabricmanager, xid, ecc, temperature, clocks_event_reasons, pcie_link, nvlink,
-              cuda_smoke, dcgm_diag, nccl_busbw, gpu_burn]
+              ib_ports, peermem, dcgm, cuda_smoke, dcgm_diag, nccl_busbw, gpu_burn]
   skip_checks:
     description: Checks not to run.
     type: list
     elements: str
     choices: [gpu_count, driver_version, fabricmanager, xid, ecc, temperature, clocks_event_reasons, pcie_link, nvlink,
-              cuda_smoke, dcgm_diag, nccl_busbw, gpu_burn]
+              ib_ports, peermem, dcgm, cuda_smoke, dcgm_diag, nccl_busbw, gpu_burn]
     default: []
   expected_gpu_count:
     description:
@@ -91,6 +95,30 @@ options:
       - Fabric manager version required, a whole driver version. Defaults to the loaded driver version on NVSwitch systems.
       - On nodes without NVSwitch the check is skipped unless this is set.
     type: str
+  expected_stack:
+    description:
+      - The C(stack) section of the node's bill of materials (C(gpufleet_bom.stack), see the audit's documentation), for the
+        C(ib_ports), C(peermem) and C(dcgm) checks. Its other keys (C(ofed), C(secure_boot), C(module_parameters)) are
+        accepted and left to the audit.
+      - >-
+        C(rdma_ports) is a list of port groups C({count, link_layer, rate, ca_type, devices}) (C(link_layer) V(InfiniBand) or
+        V(Ethernet) for RoCE; C(rate) in Gb/s as C(ibstat) prints it). C(ib_ports) reads C(ibstat) (or C(ibv_devinfo), which
+        prints no rate and so cannot pass); each group needs exactly C(count) ports, each Active / LinkUp at C(rate). A port
+        that is not Active fails naming its state (the rate it reports is not one it runs at), a port at another rate fails
+        naming both rates, and a device of C(devices) that the node lacks fails naming it.
+      - >-
+        C(peermem=true) makes C(peermem) check that C(nvidia_peermem) is loaded (C(lsmod)) and that its version
+        (C(/sys/module/nvidia_peermem/version), else C(modinfo)) is the loaded driver's. Where it is not loaded, the check
+        reads the kernel log (C(dmesg)) for C(Unknown symbol ib_register_peer_memory_client) and the kernel's
+        C(modules.symbols) for OFED's peer-memory API, and says what to do (install OFED for the running kernel, or rebuild
+        the driver's nvidia-peermem after OFED).
+      - >-
+        C(dcgm) (a version such as V(4.7.0), or C({version})) makes C(dcgm) check that DCGM's host engine answers
+        (C(dcgmi -v), confirmed with C(dcgmi discovery -l)) and runs that version. Without it the check runs only when
+        O(checks) names it, and then checks only that the host engine answers.
+      - A bad value fails the task before any command, naming the key.
+    type: dict
+    version_added: 0.2.0
   critical_xids:
     description:
       - Xid codes that fail the C(xid) check, each from V(1) to V(999).
@@ -198,6 +226,8 @@ options:
     description: Path of C(gpu_burn). Searched when not set.
     type: path
 notes:
+  - The stack checks only read, each read bounded by O(command_timeout) (C(ibstat), C(lsmod), C(modinfo nvidia_peermem),
+    C(dmesg) where peermem is not loaded, C(dcgmi -v) and C(dcgmi discovery -l)).
   - Reading the kernel log for Xid events needs root on kernels with C(kernel.dmesg_restrict=1); run the task with C(become=true).
   - Idle GPUs train their PCIe link down to save power; a lower generation on an idle GPU is a V(warn), a narrower link a V(fail).
   - C(gpu_burn) needs its C(compare.ptx); pass its path with O(burn_args) (C(-c)) when it is not in the working directory.
@@ -239,6 +269,17 @@ EXAMPLES = r"""
   become: true
   async: 7200
   poll: 30
+
+- name: Quick check with the SKU's stack (InfiniBand ports, nvidia-peermem, DCGM) from its bill of materials
+  gpufleet.lifecycle.gpu_validate:
+    expected_gpu_count: 8
+    expected_driver_version: 570.124.06
+    expected_stack:
+      rdma_ports:
+        - {count: 8, link_layer: InfiniBand, rate: 400, ca_type: MT4129}
+      peermem: true
+      dcgm: 4.7.0
+  become: true
 
 - name: Only DCGM level 3 and gpu-burn, for a report
   gpufleet.lifecycle.gpu_validate:
@@ -380,6 +421,7 @@ def main():
             expected_gpu_count=dict(type="int"),
             expected_driver_version=dict(type="str"),
             expected_fabricmanager_version=dict(type="str"),
+            expected_stack=dict(type="dict"),
             critical_xids=dict(type="list", elements="int"),
             xid_since=dict(type="str", default="boot"),
             max_temperature_c=dict(type="int", default=85),

@@ -260,3 +260,42 @@ def test_load_checks_are_refused_on_an_undrained_or_busy_node_before_any_runs(fl
     assert busy.get("failed") is True, busy
     assert "1 compute process(es) run on its GPUs (pid 31337 train.py on GPU 2)" in busy["msg"]
     assert "Nothing was run" in busy["msg"]
+
+
+def test_stack_checks_pass_on_the_boms_stack_and_name_a_port_set_down(fleet):
+    """ib_ports, peermem and dcgm over SSH (issue 24) on val-08 given two NDR ports and nvidia_peermem loaded: the BOM's stack
+    passes; a port set Down fails ib_ports naming the port and its state, not the rate it reports. Two tasks, no reboot."""
+    from gpusim import catalog as gcatalog
+    from gpusim import state as gstate
+
+    ports = [{"device": "mlx5_0", "rate": 400}, {"device": "mlx5_1", "rate": 400}]
+    bom = {"rdma_ports": [{"count": 2, "link_layer": "InfiniBand", "rate": 400, "ca_type": "MT4129"}], "peermem": True, "dcgm": gcatalog.DCGM_VERSION}
+    args = {"checks": ["ib_ports", "peermem", "dcgm"], "expected_stack": bom, "fail_on": "never", "command_timeout": 30}
+
+    def give_stack(state):
+        state["stack"] = {"ports": ports}
+        loaded = "nvidia_peermem" in state["modules"]
+        if not loaded:
+            state["modules"].append("nvidia_peermem")
+        return loaded
+
+    def take_stack(state):
+        state.pop("stack", None)
+        if not had_peermem:
+            state["modules"].remove("nvidia_peermem")
+
+    had_peermem = gstate.update(fleet.node_dir("val-08"), give_stack)
+    try:
+        healthy = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", args)["val-08"]
+        ports[1].update(state="Down", physical_state="Polling")
+        gstate.update(fleet.node_dir("val-08"), lambda state: state["stack"].__setitem__("ports", ports))
+        down = fleet.module("gpufleet.lifecycle.gpu_validate", "val-08", args)["val-08"]
+    finally:
+        gstate.update(fleet.node_dir("val-08"), take_stack)
+    assert {c["name"]: c["status"] for c in healthy["checks"]} == {"ib_ports": "pass", "peermem": "pass", "dcgm": "pass"}, healthy["checks"]
+    assert healthy["status"] == "pass"
+    checks = {c["name"]: c for c in down["checks"]}
+    assert down["status"] == "fail" and down["failed_checks"] == ["ib_ports"]
+    assert checks["ib_ports"]["message"].startswith("mlx5_1/1 is Down/Polling, not Active/LinkUp"), checks["ib_ports"]["message"]
+    assert "10 Gb/s" not in checks["ib_ports"]["message"]  # ibstat's Rate: 10 of a Down port is no rate it runs at
+    assert checks["ib_ports"]["observed"]["ports"] == {"mlx5_0/1": "Active/LinkUp 400 Gb/s", "mlx5_1/1": "Down/Polling"}

@@ -166,6 +166,19 @@ class StackReader:
         facts["problems"] = stack_problems(facts)
         return facts
 
+    # Single reads for gpu_validate's stack checks (_validate/stack.py): the same tools and parsing as read(), one at a time.
+    def rdma(self):
+        """``{"source", "ports", "errors"}`` from ibstat (or ibv_devinfo); ``ports`` None when neither is installed."""
+        return self._rdma()
+
+    def loaded_modules(self):
+        """parse_lsmod's result; None when lsmod is not installed."""
+        return self._lsmod()
+
+    def module_info(self, name):
+        """parse_modinfo's result for ``name``; None when modinfo finds no such module for the running kernel (or is absent)."""
+        return self._modinfo(name)
+
     def _ofed(self):
         result = self._run(OfedInfo, ["-s"])
         if result is None:

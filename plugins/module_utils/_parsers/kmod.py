@@ -96,3 +96,44 @@ def parse_modinfo(text):
         "sig_key": fields.get("sig_key") or None,
         "signed": signer is not None,
     }
+
+
+# The module loader's refusals (kernel/module/main.c): a symbol no loaded module exports, or one exported with another CRC.
+_SYMBOL_ERROR = re.compile(
+    r"(?:^|[\s\]:;])(?P<module>[A-Za-z0-9_-]{1,64}): (?:Unknown symbol (?P<unknown>[A-Za-z0-9_.$]{1,128}) \(err (?P<err>-?[0-9]{1,6})\)"
+    r"|disagrees about version of symbol (?P<version>[A-Za-z0-9_.$]{1,128}))[ \t]*$"
+)
+
+
+def parse_symbol_errors(text):
+    """Kernel log text -> ``[{"module", "symbol", "problem": "unknown" | "version", "err"}]``, in log order, repeats kept.
+
+    The loader's lines for a module that could not be linked (``nvidia_peermem: Unknown symbol
+    ib_register_peer_memory_client (err -2)``, ``... disagrees about version of symbol ...``), whatever time stamp or
+    syslog prefix comes before them; ``module`` is spelled as lsmod spells it (underscores). A last line that no newline
+    ends is not read. Never raises on other text: a log without such a line gives [].
+    """
+    errors = []
+    for line in whole_lines(text or "").splitlines():
+        match = _SYMBOL_ERROR.search(line)
+        if not match:
+            continue
+        unknown = match.group("unknown")
+        errors.append(
+            {
+                "module": match.group("module").replace("-", "_"),
+                "symbol": unknown or match.group("version"),
+                "problem": "unknown" if unknown else "version",
+                "err": int(match.group("err")) if unknown else None,
+            }
+        )
+    return errors
+
+
+def symbol_provider(modules_symbols, symbol):
+    """The module that exports ``symbol`` per ``/lib/modules/<kernel>/modules.symbols`` (``alias symbol:NAME MODULE``), or None.
+
+    ``ib_register_peer_memory_client`` is exported by OFED's ib_uverbs / ib_core only: None on the inbox RDMA stack.
+    """
+    match = re.search(rf"^alias symbol:{re.escape(symbol)}[ \t]+(?P<module>[A-Za-z0-9_-]+)[ \t]*$", modules_symbols or "", re.MULTILINE)
+    return match.group("module") if match else None

@@ -8,7 +8,7 @@ Levels (each includes the one before):
 
 * ``quick``: what the node's facts and read-only queries tell, no load, seconds:
   gpu_count, driver_version, fabricmanager, xid, ecc, temperature, clocks_event_reasons,
-  pcie_link, nvlink;
+  pcie_link, nvlink, and the stack's ib_ports, peermem, dcgm (each skipped unless the BOM names what it checks);
 * ``standard``: + cuda_smoke and ``dcgmi diag -r 2`` (``dcgm_level``, 1 or 2), minutes;
 * ``full``: + ``dcgmi diag -r 3``, nccl-tests ``all_reduce_perf`` and gpu-burn, tens of minutes.
 """
@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate impor
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import checks as facts_checks
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import guard
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import load as load_checks
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate import stack as stack_checks
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.common import FAIL, SKIP, check_result, overall_status, summarize
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._validate.options import check_options
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._xid_catalog import DEFAULT_CRITICAL_XIDS
@@ -43,6 +44,10 @@ CHECKS = {
     "clocks_event_reasons": (facts_checks.check_clocks, "quick"),
     "pcie_link": (facts_checks.check_pcie, "quick"),
     "nvlink": (load_checks.check_nvlink, "quick"),
+    # The stack around the driver (issue 24): read-only, each a skip unless the BOM (expected_stack) names what it checks.
+    "ib_ports": (stack_checks.check_ib_ports, "quick"),
+    "peermem": (stack_checks.check_peermem, "quick"),
+    "dcgm": (stack_checks.check_dcgm, "quick"),
     "cuda_smoke": (load_checks.check_cuda_smoke, "standard"),
     "dcgm_diag": (load_checks.check_dcgm_diag, "standard"),
     "nccl_busbw": (load_checks.check_nccl, "full"),
@@ -79,8 +84,9 @@ def select_checks(level="quick", checks=None, skip_checks=None):
 class Context:
     """What the checks read and where they leave their measurements."""
 
-    def __init__(self, options, facts=None, facts_error=None, baseline=None, tools=None, boot_time=None):
+    def __init__(self, options, facts=None, facts_error=None, baseline=None, tools=None, boot_time=None, host=None):
         self.options = options
+        self.host = host or Host()
         self.facts = facts
         self.facts_error = facts_error
         self.baseline = baseline
@@ -185,7 +191,7 @@ class Validator:
         check_mode = bool(getattr(self.module, "check_mode", False))
         self._guard(facts, check_mode)
         tools = load_checks.ValidationTools(self.module, self.paths, self.counter)
-        ctx = Context(self.options, facts, error, self.baseline, tools, boot_time(self.host))
+        ctx = Context(self.options, facts, error, self.baseline, tools, boot_time(self.host), host=self.host)
         results = []
         for name in self.names:
             if check_mode and name in LOAD_CHECKS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _version
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _bom_stack, _version
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._facts.gather import DEFAULT_COMMAND_TIMEOUT, MAX_XID, OptionError, check_command_timeout
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import MAX_TIMEOUT
 
@@ -62,6 +62,11 @@ def check_options(params):
                 f"{name} {value!r} is not a whole NVIDIA driver version (for example 550.90.07 or 572.61): "
                 "a cut-off version would never match; copy it from nvidia-smi or the bill of materials"
             )
+    try:
+        # The BOM's stack section, every shorthand spelled out ({} when unset): the stack checks read rdma_ports, peermem, dcgm.
+        options["expected_stack"] = _bom_stack.normalize(options.get("expected_stack"))
+    except _bom_stack.StackBomError as exc:
+        raise OptionError(f"expected_stack (the BOM's stack section): {exc}") from exc
     for name in ARGV_OPTIONS:
         for arg in options.get(name) or []:
             if arg == "" or "\x00" in arg:

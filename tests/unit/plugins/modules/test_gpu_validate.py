@@ -72,8 +72,11 @@ def test_quick_level_on_a_healthy_node_passes_with_exact_commands(node, tools, c
     assert result["status"] == "pass"
     assert result["changed"] is False
     checks = by_name(result)
-    assert list(checks) == ["gpu_count", "driver_version", "fabricmanager", "xid", "ecc", "temperature", "clocks_event_reasons", "pcie_link", "nvlink"]
-    assert {c["status"] for c in checks.values()} == {"pass"}
+    assert list(checks) == ["gpu_count", "driver_version", "fabricmanager", "xid", "ecc", "temperature", "clocks_event_reasons", "pcie_link", "nvlink",
+                            "ib_ports", "peermem", "dcgm"]
+    # Without expected_stack the stack checks are skips that say why, and start no process (the commands below).
+    assert {name for name, c in checks.items() if c["status"] == "skip"} == {"ib_ports", "peermem", "dcgm"}
+    assert {c["status"] for c in checks.values() if c["status"] != "skip"} == {"pass"}
     assert checks["gpu_count"]["observed"]["gpu_count"] == 2
     assert checks["gpu_count"]["expected"] == 2
     assert checks["driver_version"]["observed"] == "550.90.07"
@@ -135,7 +138,7 @@ def test_faulty_node_fails_the_right_checks_with_observed_and_expected(node, too
     assert checks["temperature"]["expected"] == {"max_c": 85}
     assert checks["clocks_event_reasons"]["observed"] == {"slowdown": {1: ["sw_thermal"]}}
     assert checks["nvlink"]["observed"]["inactive"] == {1: [1]}
-    assert result["msg"].startswith("gpu_validate (quick): 5 of 9 checks failed: xid: critical Xid")
+    assert result["msg"].startswith("gpu_validate (quick): 5 of 12 checks failed: xid: critical Xid")
 
 
 def test_fail_on_never_returns_the_failures_without_failing(node, tools, commands, run_module):

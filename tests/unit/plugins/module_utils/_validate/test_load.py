@@ -15,7 +15,8 @@ def test_levels_include_each_other_and_document_their_checks():
     quick = levels.checks_for_level("quick")
     standard = levels.checks_for_level("standard")
     full = levels.checks_for_level("full")
-    assert quick == ["gpu_count", "driver_version", "fabricmanager", "xid", "ecc", "temperature", "clocks_event_reasons", "pcie_link", "nvlink"]
+    assert quick == ["gpu_count", "driver_version", "fabricmanager", "xid", "ecc", "temperature", "clocks_event_reasons", "pcie_link", "nvlink",
+                     "ib_ports", "peermem", "dcgm"]
     assert standard == [*quick, "cuda_smoke", "dcgm_diag"]
     assert full == [*standard, "nccl_busbw", "gpu_burn"]
 
