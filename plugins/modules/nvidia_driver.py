@@ -124,6 +124,46 @@ options:
     choices: [auto, present, absent, skip]
     default: auto
     version_added: 0.2.0
+  module_signing_key:
+    description:
+      - The private key (PEM, not encrypted) that signs the driver's kernel modules, for a node that enforces UEFI Secure Boot;
+        give it from a vault. It is C(no_log) and is never shown in a result, a message or the node state file.
+      - It is written on the node only for the install, into a new private folder of the module's temporary folder (mode 0700,
+        the file 0600), and removed (overwritten, then deleted) with the DKMS configuration that names it when the install
+        ends, whether it succeeded or failed.
+      - The runfile gets C(--module-signing-secret-key) and C(--module-signing-public-key); where DKMS builds the modules (the
+        packages, or the runfile with O(dkms)) a drop-in C(/etc/dkms/framework.conf.d/gpufleet-module-signing.conf) sets
+        DKMS's C(mok_signing_key) and C(mok_certificate) for the install only (DKMS 3.0 or later reads that folder).
+      - Requires O(module_signing_certificate).
+    type: str
+    version_added: 0.2.0
+  module_signing_certificate:
+    description:
+      - The X.509 certificate of O(module_signing_key) (PEM, or base64 of its DER). On a node that enforces Secure Boot it must be
+        enrolled as a Machine Owner Key, C(mokutil --list-enrolled) must list its SHA1 fingerprint, else the module refuses
+        before anything changes and says how to enroll it (C(mokutil --import <cert.der>), then a reboot through the MOK manager).
+      - After the new modules are loaded, every NVIDIA module (C(nvidia), C(nvidia_uvm), C(nvidia_modeset), C(nvidia_drm), and
+        C(nvidia_peermem) where the driver built it) must be signed by this certificate (C(modinfo) C(signer) and C(sig_key)).
+    type: str
+    version_added: 0.2.0
+  module_signing_certificate_sha1:
+    description:
+      - The SHA1 fingerprint of the certificate the fleet signs its modules with (the BOM's C(stack.secure_boot.key_sha1)),
+        40 hex digits, with or without colons. A O(module_signing_certificate) with another fingerprint is refused before
+        anything changes.
+    type: str
+    version_added: 0.2.0
+  secure_boot:
+    description:
+      - What the BOM says about UEFI Secure Boot on this node (C(mokutil --sb-state)). V(any) follows the node; V(enforced)
+        refuses a node where it is not enforced; V(off) refuses a node that enforces it.
+      - On a node that enforces Secure Boot a driver install without O(module_signing_key) is refused before anything changes,
+        whatever this says, since the kernel would refuse the unsigned C(nvidia.ko) at its next load (the load fails with C(Key was rejected by service)).
+        A load refused that way after the install fails the module, so that the role rolls back.
+    type: str
+    choices: [any, enforced, "off"]
+    default: any
+    version_added: 0.2.0
   persistenced:
     description: Start C(nvidia-persistenced) after the driver changed, even when it was not running before.
     type: bool
@@ -238,6 +278,15 @@ EXAMPLES = r"""
     url_username: gpufleet
     url_password: "{{ artifact_password }}"
 
+- name: Upgrade a node that enforces Secure Boot, its modules signed with an enrolled MOK (the key from a vault)
+  gpufleet.lifecycle.nvidia_driver:
+    version: 550.90.07
+    source: /var/cache/gpufleet/NVIDIA-Linux-x86_64-550.90.07.run
+    checksum: sha256:1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b
+    secure_boot: enforced
+    module_signing_key: "{{ vault_module_signing_key }}"
+    module_signing_certificate: "{{ lookup('ansible.builtin.file', 'files/module-signing.pem') }}"
+
 - name: Reboot when the modules could not be reloaded in place
   ansible.builtin.reboot:
   when: driver.reboot_required
@@ -295,6 +344,18 @@ runfile:
   type: dict
   sample: {source: https://artifacts.example.com/nvidia/NVIDIA-Linux-x86_64-550.90.07.run, url: https://cdn.example.com/NVIDIA-Linux-x86_64-550.90.07.run,
            redirects: 1, sha256: 1a9c4b0e8f2d3c5b7a6e9f0d1c2b3a4958675a4b3c2d1e0f9a8b7c6d5e4f3a2b}
+module_signing:
+  description:
+    - Secure Boot and the modules' signatures. C(secure_boot) is the node's state as C(mokutil --sb-state) says it (null when
+      nothing was read), C(signed) whether the install signed the modules, C(certificate_sha1) and C(signer) name the
+      certificate of O(module_signing_certificate) (never the key).
+    - C(problems) lists the NVIDIA modules not signed by that certificate; it is filled when nothing is to change, a key is
+      given and the node enforces Secure Boot (the role's verify fails on it), and in the failure of an install whose modules
+      came out unsigned.
+  returned: always
+  type: dict
+  sample: {secure_boot: enforced, enforcing: true, signed: true, certificate_sha1: 0a1b2c3d4e5f60718293a4b5c6d7e8f901234567,
+           signer: gpufleet module signing key, problems: []}
 commands_run:
   description: Number of processes the module started.
   returned: always
@@ -324,6 +385,10 @@ ARGUMENT_SPEC = {
     "kernel_source_path": {"type": "path"},
     "fabricmanager": {"type": "str", "choices": ["auto", "present", "absent", "skip"], "default": "auto"},
     "imex": {"type": "str", "choices": ["auto", "present", "absent", "skip"], "default": "auto"},
+    "module_signing_key": {"type": "str", "no_log": True},
+    "module_signing_certificate": {"type": "str"},
+    "module_signing_certificate_sha1": {"type": "str"},
+    "secure_boot": {"type": "str", "choices": ["any", "enforced", "off"], "default": "any"},
     "persistenced": {"type": "bool", "default": True},
     "allow_downgrade": {"type": "bool", "default": False},
     "gpu_processes": {"type": "str", "choices": ["refuse", "wait", "kill"], "default": "refuse"},

@@ -33,7 +33,7 @@ _NIC_KEYS = {"type", "psid", "part_number", "fw", "count"}
 _GROUP_KEYS = {
     "count", "prefix", "start", "width", "names", "sku", "driver", "kernel_module", "fabricmanager", "vbios", "gpu_firmware",
     "nics", "nic_fw", "kernel", "faults", "timing", "perf", "jobs", "bmc_firmware", "bios",
-    "vars", "nvlink_domain", "clique_id", "imex", "cdmm",
+    "vars", "nvlink_domain", "clique_id", "imex", "cdmm", "secure_boot", "ofed",
 }
 _TOP_KEYS = {"fleet", "timing", "skus", "nodes", "defaults"}
 _DEFAULTS_KEYS = {"kernel", "kernel_module", "driver"}
@@ -258,6 +258,24 @@ def _sku(name: Any, value: Any, models: set[str] | None) -> dict[str, Any]:
     }
 
 
+def _secure_boot(value: Any, where: str) -> dict[str, Any]:
+    from . import secureboot
+
+    try:
+        return secureboot.spec_value(value, where)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from exc
+
+
+def _ofed(value: Any, where: str) -> dict[str, Any]:
+    from . import ofed
+
+    try:
+        return ofed.spec_value(value, where)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from exc
+
+
 def _host_vars(value: Any, where: str) -> dict[str, Any]:
     """nodes[i].vars: {name: value} written as host variables of the group's nodes in the inventory."""
     result = {}
@@ -397,6 +415,10 @@ def parse(data: Any, source: str = "<spec>") -> Fleet:
             elif any(key in group for key in ("nvlink_domain", "clique_id", "imex", "cdmm")):
                 raise _fail(where, f"nvlink_domain, clique_id, imex and cdmm are for multi-node NVLink trays (NVIDIA GB200), "
                                    f"not {sku['gpu_model']}")
+            if "ofed" in group:  # MLNX_OFED / DOCA-OFED, opensm, nvme-rdma (gpusim/ofed.py)
+                spec["ofed"] = _ofed(group["ofed"], f"{where}.ofed")
+            if "secure_boot" in group:  # UEFI Secure Boot and the enrolled MOKs (gpusim/secureboot.py)
+                spec["secure_boot"] = _secure_boot(group["secure_boot"], f"{where}.secure_boot")
             for key in ("bmc_firmware", "bios"):  # the host BMC's and BIOS's versions, only where a group sets them
                 if key in group:
                     spec[key] = _host_firmware(group[key], f"{where}.{key}")

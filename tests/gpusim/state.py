@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-from . import catalog, firmware
+from . import catalog, firmware, ofed, secureboot
 
 TYPE_CHECKING = False  # typing is not imported at run time: 4 ms of every simulated tool's start-up
 if TYPE_CHECKING:
@@ -153,6 +153,10 @@ def new_node_state(node_spec: dict[str, Any], nodes_root: Path | str | None = No
     for fault in node_spec.get("faults") or []:
         params = {k: v for k, v in fault.items() if k != "kind"}
         apply_fault(state, fault["kind"], **params)
+    if node_spec.get("secure_boot"):
+        secureboot.init(state, node_spec["secure_boot"])
+    if node_spec.get("ofed"):
+        ofed.init(state, node_spec["ofed"])  # MLNX_OFED / DOCA-OFED (gpusim/ofed.py)
     return state
 
 
@@ -387,6 +391,10 @@ def load_modules(state: dict[str, Any], names: tuple[str, ...] = DRIVER_MODULES)
     the faults declared `when: upgrade` fire, once."""
     drv = state["driver"]
     if not drv["version"]:
+        return
+    refused = secureboot.refusal(state)
+    if refused:  # Secure Boot: the kernel refuses modules no enrolled key signed (boot, modprobe, nvidia-smi's autoload)
+        add_kernel_log(state, refused[1])
         return
     first = "nvidia" not in state["modules"]
     for m in names:
@@ -625,6 +633,7 @@ def boot(node_dir: Path | str, power_cycle: bool = False) -> bool:
             if nic.get("staged_fw"):
                 nic["fw"] = nic["staged_fw"]
                 nic["staged_fw"] = None
+        ofed.boot(state)  # the installed OFED stack loads
         state["boot_id"] = _new_boot_id()
         state["booted_at"] = time.time()
         state["boot_count"] += 1

@@ -430,3 +430,60 @@ def test_role_refuses_a_bad_option_before_anything_changes(fleet, extra, message
     assert message in proc.stdout, proc.stdout[-3000:]
     assert "Install NVIDIA driver" not in proc.stdout
     assert_untouched(fleet, "check-hgx")
+
+
+# --- Secure Boot (issue 24): sb-01 enforces it -------------------------------------------------------------
+
+def signing_pair() -> tuple[str, str, str]:
+    """A module-signing key pair made for this run: (PEM key, PEM certificate, certificate SHA1 as mokutil lists it)."""
+    import datetime
+    import hashlib
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "gpufleet test MOK")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key()).serial_number(0x5EC0)
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    pem_key = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    der = cert.public_bytes(serialization.Encoding.DER)
+    return pem_key, cert.public_bytes(serialization.Encoding.PEM).decode(), hashlib.sha1(der).hexdigest()  # noqa: S324
+
+
+def test_secure_boot_node_needs_an_enrolled_key_and_loads_signed_modules(fleet):
+    pem_key, pem_cert, sha1 = signing_pair()
+    signing = {"module_signing_key": pem_key, "module_signing_certificate": pem_cert}
+
+    def untouched() -> None:
+        sim = fleet.sim("sb-01")
+        assert sim["driver"]["version"] == OLD and "nvidia" in sim["modules"]
+        assert not (fleet.node_dir("sb-01") / "gpufleet.fact").exists()
+
+    refused = fleet.module("sb-01", driver_args(fleet, NEW))["sb-01"]
+    assert refused.get("failed") and "Secure Boot is enforced on this node and no module signing key was given" in refused["msg"], refused
+    untouched()
+    refused = fleet.module("sb-01", driver_args(fleet, NEW, **signing))["sb-01"]
+    assert refused.get("failed") and f"(SHA1 {sha1}, CN gpufleet test MOK) is not enrolled" in refused["msg"], refused
+    untouched()
+
+    # The operator enrolls the MOK (mokutil --import, a reboot through the MOK manager): the node's firmware now lists it.
+    gstate.update(fleet.node_dir("sb-01"), lambda s: s["stack"]["secure_boot"]["keys"].append({"sha1": sha1, "cn": "gpufleet test MOK"}))
+    # The role, as the rollout runs it: its preflight checks the enrollment, verify every module's signer.
+    proc = fleet.role("sb-01", "main", {"nvidia_driver_version": NEW, "nvidia_driver_module_signing_key": pem_key,
+                                        "nvidia_driver_module_signing_certificate": pem_cert, "nvidia_driver_secure_boot": "enforced",
+                                        "nvidia_driver_module_signing_certificate_sha1": sha1})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert re.search(r"Check that every NVIDIA module is signed by the module signing key\] \*+\nok: \[sb-01\]", proc.stdout), proc.stdout[-4000:]
+    for line in pem_key.splitlines()[1:-1]:
+        assert line not in proc.stdout + proc.stderr
+    assert fleet.smi_version("sb-01") == NEW
+    sim = fleet.sim("sb-01")
+    assert sim["driver"]["signature"]["sha1"] == sha1 and set(sim["modules"]) >= {"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"}
+    assert "signer:         gpufleet test MOK" in fleet.ssh_ok("sb-01", "modinfo nvidia_drm")
+    # Nothing of the key is left on the node: no private folder, no DKMS drop-in naming it.
+    leftovers = fleet.ssh("sb-01", "ls -d /etc/dkms/framework.conf.d/gpufleet-module-signing.conf; "
+                                   "find /root /tmp /var/tmp -name 'gpufleet-signing.*' 2>/dev/null; grep -rl 'PRIVATE KEY' /root/.ansible 2>/dev/null")
+    assert leftovers.stdout.strip() == "", leftovers.stdout

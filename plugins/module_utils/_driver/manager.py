@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node im
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.package import FabricManagerPackage, PackageMethod
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.plan import check_options, diff, plan, predict_reboot
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.runfile import RunfileMethod
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.signing import ModuleSigning
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import CommandCounter, ToolError
 
 INSTALL_ACTIONS = ("install", "upgrade", "downgrade", "reinstall")
@@ -37,6 +38,7 @@ class DriverManager:
         self.counter = CommandCounter()
         self.node = node or Node(module, counter=self.counter)
         self.method = method or self._method()
+        self.signing = ModuleSigning(module, self.options, self.node.host, self.counter)
         self._fm = fabricmanager
         self._imex = imex
         self.reboot_required = False
@@ -102,7 +104,10 @@ class DriverManager:
         if the_plan["imex"]["action"] in INSTALL_ACTIONS:
             # Read only: a tray whose IMEX cannot follow the driver is refused before anything changes (check mode too).
             self.imex.check_available(the_plan["imex"]["after"])
-        result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before}
+        # Read only: Secure Boot enforced without a key, or with a key not enrolled, is refused here (check mode too).
+        signing = self.signing.check(the_plan)
+        result = {"changed": the_plan["changed"], "plan": the_plan, "diff": diff(the_plan), "reboot_required": False, "before": before,
+                  "module_signing": signing}
         if not the_plan["changed"] or self.module.check_mode:
             result["after"] = before
             result["reboot_required"] = bool(self.module.check_mode and predict_reboot(before, the_plan))
@@ -225,6 +230,10 @@ class DriverManager:
             self._install(the_plan, drv_action, fm_action)
             if drv_action not in ("none", "remove") and not self.reboot_required:
                 error = self.node.load(unloaded or DEFAULT_LOAD)
+                refused = self.signing.load_refused(error) if error is not None else None
+                if refused:
+                    # Not a reboot's matter: the new modules will never load with this signature. Fail: the role rolls back.
+                    raise DriverError.from_tool(error, refused)
                 if error is not None:
                     self.reboot_required = True
                     self.notes.append(f"the new kernel modules could not be loaded in place ({error.msg}): reboot the node")
@@ -263,10 +272,11 @@ class DriverManager:
         package = isinstance(self.method, PackageMethod)
         fm_with_driver = package and fm_action in ("install", "upgrade", "downgrade")
         if drv_action in INSTALL_ACTIONS:
-            if package:
-                self.method.install(version, kernel, with_fabricmanager=fm_with_driver)
-            else:
-                self.method.install(version, kernel)
+            with self.signing.applied(self.method):  # the key is on the node for this call only
+                if package:
+                    self.method.install(version, kernel, with_fabricmanager=fm_with_driver)
+                else:
+                    self.method.install(version, kernel)
         elif drv_action == "remove":
             self.method.remove()
         if fm_action == "remove":
@@ -328,6 +338,14 @@ class DriverManager:
                     f"(loaded module: {drv['loaded_version']}): reboot the node, then check dmesg for NVRM errors",
                     node_state=self._describe_node(after),
                 )
+            if self.signing.must_verify() and not self.reboot_required:
+                problems = self.signing.verify()
+                if problems:
+                    raise DriverError(
+                        f"driver {target} is loaded but its modules are not all signed by the module signing key: {'; '.join(problems)}. "
+                        "Roll back, and check that the installer signed them (/var/log/nvidia-installer.log, DKMS's framework.conf)",
+                        node_state=self._describe_node(after), module_signing=self.signing.summary(problems),
+                    )
             if the_plan["fabricmanager"]["managed"] and the_plan["fabricmanager"]["after"]:
                 fm = after["fabricmanager"].get("version")
                 if fm != target:

@@ -205,6 +205,7 @@ class PackageMethod:
         self.options = options
         self.packages = packages or backend(module, options, counter)
         self._installed = None
+        self.signing_args = []  # unused: DKMS signs the packages' modules through its framework.conf drop-in
 
     def installed(self):
         if self._installed is None:

@@ -35,10 +35,18 @@ def installer_args(version, kernel_module, dkms, kernel_source_path=None):
 _DKMS = re.compile(r"dkms build|Building kernel modules|Bad return status for module build|kernel module compilation", re.IGNORECASE)
 _HEADERS = re.compile(r"Unable to find the kernel source tree", re.IGNORECASE)
 _IN_USE = re.compile(r"appears to already be loaded|appears to be in use", re.IGNORECASE)
+# nvidia-installer's test load under Secure Boot (kernel.c ignore_load_error), or the kernel's own words.
+_UNTRUSTED = re.compile(r"not signed by a key that is trusted|Key was rejected by service", re.IGNORECASE)
 
 
 def explain_failure(output, kernel):
     """A message for a failed installer run that says what to do."""
+    if _UNTRUSTED.search(output):
+        return (
+            "the NVIDIA installer built the modules but the kernel refused them at its test load: they are not signed by a key this node "
+            "trusts (Secure Boot). Give module_signing_key and module_signing_certificate, the certificate enrolled as a MOK "
+            "(mokutil --import, then a reboot through the MOK manager)"
+        )
     if _HEADERS.search(output):
         return (
             f"the NVIDIA installer found no kernel sources for the running kernel {kernel}: install the headers for `uname -r` "
@@ -66,6 +74,7 @@ class RunfileMethod:
         self.counter = counter
         self.path = None
         self.artifact = None
+        self.signing_args = []  # set by ModuleSigning.applied for the install only
 
     def prepare(self):
         """Download (``source`` a URL, or ``presigned_url``) or copy (a path) the runfile into a private folder and verify
@@ -99,6 +108,7 @@ class RunfileMethod:
     def install(self, version, kernel):
         tool = NvidiaInstaller(self.module, counter=self.counter, required=True)
         args = [self.path, *installer_args(version, self.options["kernel_module"], self.options["dkms"], self.options.get("kernel_source_path"))]
+        args += self.signing_args
         try:
             tool.run(args, timeout=self.options["timeout"])
         except ToolError as exc:

@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.lifecycle.plugins.module_utils._artifact impor
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._errors import GpufleetError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._no_log import masked_forms, no_log_leaves
 
-PHASES = ("preflight", "admission", "drain", "nic_firmware", "gpu_firmware", "driver", "activate", "validate", "resume", "soak", "rollback")
+PHASES = ("preflight", "admission", "drain", "ofed", "nic_firmware", "gpu_firmware", "driver", "activate", "validate", "resume", "soak", "rollback")
 PHASE_STATUSES = ("started", "ok", "failed", "skipped")
 RESULTS = ("upgraded", "unchanged", "rolled_back", "failed_drained", "skipped", "not_started")
 FAILED_RESULTS = ("rolled_back", "failed_drained")

@@ -21,6 +21,7 @@ PHASE_COLOURS = {
     "preflight": "#8c8c8c",
     "admission": "#c7b37a",
     "drain": "#f2a93b",
+    "ofed": "#9ecae1",
     "nic_firmware": "#6baed6",
     "gpu_firmware": "#3182bd",
     "driver": "#31a354",

@@ -5,7 +5,7 @@
 """What the rollout decides about a node's components (private): which change, the one activation, what to verify after it,
 and the versions a node's record shows.
 
-The component roles (nic_firmware, gpu_firmware, nvidia_driver) answer through documented facts: ``<role>_needs_change``
+The component roles (ofed, nic_firmware, gpu_firmware, nvidia_driver) answer through documented facts: ``<role>_needs_change``
 from their ``plan`` entry point and ``<role>_activation_pending`` after ``main``. The names are in ``COMPONENTS`` (a table,
 not built by concatenation); these functions take a node's host variables and read only those names.
 """
@@ -23,6 +23,8 @@ ACTIVATION_STRENGTH = {"none": 0, "gpu_reset": 1, "reboot": 2, "power_cycle": 3}
 # verifies by itself when it leaves no activation pending (nvidia_driver and nic_firmware do; gpu_firmware never does:
 # a flashed image runs only after an activation).
 COMPONENTS = {
+    # ofed (issue 24) goes before nvidia_driver in gpufleet_components: nvidia_peermem builds against OFED's symbols.
+    "ofed": {"needs_change": "ofed_needs_change", "activation_pending": "ofed_activation_pending", "phase": "ofed", "verifies_itself": True},
     "nic_firmware": {"needs_change": "nic_firmware_needs_change", "activation_pending": "nic_firmware_activation_pending",
                      "phase": "nic_firmware", "verifies_itself": True},
     "gpu_firmware": {"needs_change": "gpu_firmware_needs_change", "activation_pending": "gpu_firmware_activation_pending",

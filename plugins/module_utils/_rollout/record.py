@@ -252,7 +252,7 @@ def lost_reason(slurm_read, slurm=None):
 WAITING_FOR_CAPACITY = ("admission",)
 WAITING_FOR_JOBS = ("drain",)
 OBSERVATION = ("soak",)
-OWN_WORK = ("nic_firmware", "gpu_firmware", "driver", "activate", "validate", "resume", "rollback")
+OWN_WORK = ("ofed", "nic_firmware", "gpu_firmware", "driver", "activate", "validate", "resume", "rollback")
 
 
 def _closed_seconds(phases, names):

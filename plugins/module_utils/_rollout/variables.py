@@ -23,7 +23,7 @@ import difflib
 import os
 import re
 
-PREFIXES = ("gpufleet_", "nvidia_driver_", "gpu_firmware_", "nic_firmware_", "node_maintenance_", "gpu_validate_", "preflight_", "rollout_")
+PREFIXES = ("gpufleet_", "nvidia_driver_", "gpu_firmware_", "nic_firmware_", "ofed_", "node_maintenance_", "gpu_validate_", "preflight_", "rollout_")
 SET_FACT = ("set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact")
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 _NAME = re.compile(r"\b(?:" + "|".join(PREFIXES) + r")[a-z0-9_]*[a-z0-9]")

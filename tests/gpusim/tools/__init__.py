@@ -42,6 +42,9 @@ TOOLS = {
     "mokutil": "stack:mokutil_main",
     "dkms": "stack:dkms_main",
     "nv-hostengine": "stack:hostengine_main",
+    # OFED's installer (behind a bundle's mlnxofedinstall script) and openibd (tools/ofed.py): 127 without stack.ofed.
+    "gpusim-mlnxofedinstall": "ofed:installer_main",
+    "openibd": "ofed:openibd_main",
 }
 # Installed only on a node whose GPUs are multi-node NVLink trays (GB200 / GB300 NVL72): elsewhere they are absent.
 MNNVL_TOOLS = ("nvidia-imex", "nvidia-imex-ctl")

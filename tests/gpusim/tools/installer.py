@@ -9,7 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from .. import catalog
+from .. import catalog, secureboot
+from .. import ofed as sim_ofed
 from .. import state as st
 from ._common import fail, load, node_dir, out, update
 
@@ -23,7 +24,8 @@ FLAGS = {"--silent", "-s", "--no-questions", "-q", "--accept-license", "-a", "--
          "--uninstall", "--version", "-v", "--no-kernel-module", "--no-install-compat32-libs", "--systemd",
          "--no-peermem", "--kernel-module-only"}
 VALUE_FLAGS = ("--ui", "--kernel-source-path", "-m", "--kernel-module-type", "--log-file-name", "--tmpdir",
-               "--kernel-name", "-k", "--kernel-module-build-directory")
+               "--kernel-name", "-k", "--kernel-module-build-directory", "--module-signing-secret-key",
+               "--module-signing-public-key")
 
 IN_USE = ("ERROR: An NVIDIA kernel module 'nvidia' appears to already be loaded in your kernel.  This may be because "
           "it is in use (for example, by an X server, a CUDA program, or the NVIDIA Persistence Daemon), but this may "
@@ -113,10 +115,17 @@ def main(argv: list[str]) -> int:
         _log([*log, "-> Kernel module compilation complete." if False else "-> Building kernel modules", err, FAILED])
         fail(f"\n{err}\n\n{FAILED}", 1, "out")
 
+    signature = secureboot.runfile_signature(opts.get("--module-signing-secret-key"), opts.get("--module-signing-public-key"), dkms)
+    if secureboot.refusal({"stack": state.get("stack"), "driver": {"signature": signature}}):
+        # nvidia-installer test-loads the module it built: under Secure Boot an untrusted signature fails the install.
+        _log([*log, secureboot.INSTALLER_UNTRUSTED, FAILED])
+        fail(f"\n{secureboot.INSTALLER_UNTRUSTED}\n\n{FAILED}", 1, "out")
+
     def _install(s: dict[str, Any]) -> None:
         s["driver"].update(version=version, flavor=flavor, method="runfile", dkms=dkms, built=True, staged=None,
-                           build_date=st._build_date(version))
+                           build_date=st._build_date(version), signature=signature)
         s["modules"] = []
+        s["driver"]["peermem_ofed"] = sim_ofed.identity(s)  # nvidia_peermem builds against the installed OFED (issue 24)
 
     update(_install)
     _log([*log, "-> Installing NVIDIA driver version " + version, "-> Kernel module compilation complete.",

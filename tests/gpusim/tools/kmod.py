@@ -6,7 +6,7 @@ import hashlib
 import sys
 import time
 
-from .. import catalog
+from .. import catalog, secureboot
 from .. import state as st
 from ._common import fail, load, out, update
 
@@ -111,6 +111,17 @@ def modprobe_main(argv: list[str]) -> int:
             fail(f"modprobe: FATAL: Module {m} not found in directory /lib/modules/{state['kernel']}", 1)
         if not state["driver"]["version"] or not state["driver"].get("built", True):
             fail(f"modprobe: FATAL: Module {m} not found in directory /lib/modules/{state['kernel']}", 1)
+        refused = secureboot.refusal(state) if "nvidia" not in state["modules"] else None
+        if refused:  # Secure Boot: the module's signature is not an enrolled key's (or there is none)
+            update(lambda s, line=refused[1]: st.add_kernel_log(s, line))
+            fail(f"modprobe: ERROR: could not insert '{m}': {refused[0]}", 1)
+        if m == "nvidia_peermem" and m not in state["modules"]:
+            from . import ofed  # built against another OFED than the kernel runs: its ib_* symbols do not resolve (issue 24)
+
+            unresolved = ofed.peermem_refusal(state)
+            if unresolved:
+                update(lambda s, lines=unresolved: [st.add_kernel_log(s, line) for line in lines])
+                fail(f"modprobe: ERROR: could not insert '{m}': Unknown symbol in module, or unknown parameter (see dmesg)", 1)
         deps = {"nvidia_drm": ("nvidia", "nvidia_modeset", "nvidia_drm"), "nvidia_modeset": ("nvidia", "nvidia_modeset"),
                 "nvidia_uvm": ("nvidia", "nvidia_uvm"), "nvidia_peermem": ("nvidia", "nvidia_peermem")}.get(m, (m,))
         update(lambda s, deps=deps: st.load_modules(s, deps))
@@ -199,6 +210,7 @@ def modinfo_lines(state: dict[str, Any], mod: str, drv: dict[str, Any]) -> list[
                   ("alias", "pci:v000010DEd*sv*sd*bc03sc00i00*")]
     lines += [("depends", MODINFO_DEPENDS[mod]), ("retpoline", "Y"), ("name", mod),
               ("vermagic", f"{kernel} SMP preempt mod_unload modversions")]
+    lines += secureboot.modinfo_lines(drv.get("signature"))
     if mod == "nvidia":
         lines += [("parm", p) for p in NVIDIA_PARMS]
     return lines

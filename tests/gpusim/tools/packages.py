@@ -20,8 +20,10 @@ import importlib.util
 import re
 from pathlib import Path
 
-from .. import catalog
+from .. import catalog, secureboot
+from .. import ofed as sim_ofed
 from .. import state as st
+from . import ofed
 from ._common import err, fail, load, out, update
 
 TYPE_CHECKING = False  # typing is not imported at run time: 4 ms of every simulated tool's start-up
@@ -169,6 +171,8 @@ def dpkg_query_main(argv: list[str]) -> int:
         fail("dpkg-query: error: need an action option\n\nType dpkg-query --help for help about querying packages.", 2)
     if not patterns:
         fail(f"dpkg-query: error: --{mode} needs at least one package name argument ({SIMULATED})", 2)
+    if mode == "show" and all(ofed.is_ofed_package(p) for p in patterns):
+        return ofed.dpkg_query(patterns, fmt)  # DOCA-OFED and mlnx-fw-updater (tools/ofed.py, issue 24)
     for p in patterns:
         if not p.startswith("nvidia-"):
             fail(f"dpkg-query: error: package pattern '{p}' is not simulated: {SIMULATED}", 2)
@@ -331,6 +335,7 @@ def _install(argv_opts: set[str], specs: list[str]) -> int:
             out(f"Unpacking {name} ({version}-{RELEASE}) ...")
             err(_dkms_failure(state, name, version), end="")
             fail("E: Sub-process /usr/bin/dpkg returned an error code (1)", 100)
+    signature = secureboot.dkms_signature()  # the driver packages' modules are built and signed by DKMS
 
     def _apply(s: dict[str, Any]) -> None:
         apt = _apt(s)
@@ -349,7 +354,8 @@ def _install(argv_opts: set[str], specs: list[str]) -> int:
                 continue
             flavor = "open" if DRIVER.match(name).group("open") else "proprietary"
             new_driver = {"version": version, "flavor": flavor, "method": "package", "dkms": True, "built": True,
-                          "build_date": st._build_date(version)}
+                          "build_date": st._build_date(version), "signature": signature,
+                          "peermem_ofed": sim_ofed.identity(s)}  # nvidia_peermem builds against the installed OFED (issue 24)
             if st.driver_loaded(s):
                 # The running module stays; the new one is loaded at the next boot (or after a reload).
                 s["driver"]["staged"] = new_driver
@@ -424,6 +430,8 @@ def apt_get_main(argv: list[str]) -> int:
     if not words:
         fail("E: Invalid operation (no command given)", 100)
     verb, names = words[0], words[1:]
+    if verb in ("install", "remove", "purge") and names and any(ofed.is_ofed_package(n) for n in names):
+        return ofed.apt_main(verb, names)  # DOCA-OFED and mlnx-fw-updater (tools/ofed.py, issue 24)
     if verb == "update":
         out("Reading package lists...")
         return 0

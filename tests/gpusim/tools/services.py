@@ -25,6 +25,8 @@ UNITS = {
                     "nvidia-imex", "/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg"),
     "nvidia-dcgm": ("NVIDIA DCGM service", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm",
                     "nv-hostengine", "/usr/bin/nv-hostengine -n --service-account nvidia-dcgm"),
+    # MLNX_OFED's subnet manager (a node with ofed: {opensm: true}, gpusim/ofed.py): it holds the RDMA stack.
+    "opensmd": ("LSB: Manage OpenSM", "/etc/init.d/opensmd start", "opensm", "/usr/sbin/opensm --daemon"),
 }
 
 

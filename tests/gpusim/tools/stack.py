@@ -96,6 +96,10 @@ def mokutil_main(argv: list[str]) -> int:
 def dkms_main(argv: list[str]) -> int:
     state = load()
     dkms = _stack("dkms", "dkms")["dkms"]
+    if argv[:1] in (["build"], ["install"]):
+        from . import ofed  # rebuilding the NVIDIA modules against a new OFED (issue 24)
+
+        return ofed.dkms_main(argv)
     if argv[:1] != ["status"]:
         err(f"Error! Unknown action: {' '.join(argv)}")
         return 1

@@ -49,7 +49,7 @@ def test_a_bar_per_phase_coloured_by_phase_where_its_times_say():
 
 def test_phase_colours_are_distinct_and_never_the_failure_red():
     colours = list(timeline.PHASE_COLOURS.values())
-    assert len(set(colours)) == len(colours) == 11 and timeline.FAILURE_RED not in colours
+    assert len(set(colours)) == len(colours) == len(PHASES) == 12 and timeline.FAILURE_RED not in colours
     assert tuple(timeline.PHASE_COLOURS) == PHASES
 
 

@@ -33,8 +33,16 @@ def test_components_to_change_keeps_the_order_given():
     assert c.to_change(["nvidia_driver", "nic_firmware"], host) == ["nvidia_driver", "nic_firmware"]
 
 
+def test_ofed_is_a_component_whose_facts_the_rollout_reads():
+    host = {"ofed_needs_change": True, "ofed_activation_pending": "reboot", "nvidia_driver_needs_change": False}
+    assert c.to_change(["ofed", "nvidia_driver"], host) == ["ofed"]
+    assert c.pending_activations(["ofed"], host) == {"ofed": "reboot"}
+    assert c.next_phase(["ofed", "nvidia_driver"], "ofed") == "driver"
+    assert c.next_phase(["ofed", "nvidia_driver"]) == "ofed"
+
+
 def test_an_unknown_component_is_refused_by_name():
-    with pytest.raises(c.ComponentError, match=r"'bios' is not a component role of the rollout: gpufleet_components may name nic_firmware"):
+    with pytest.raises(c.ComponentError, match=r"'bios' is not a component role of the rollout: gpufleet_components may name ofed, nic_firmware"):
         c.to_change(["nvidia_driver", "bios"], {})
 
 
