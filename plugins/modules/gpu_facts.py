@@ -21,7 +21,8 @@ description:
     (C(nvidia-smi -q -x), C(nv-fabricmanager --version), C(systemctl is-active), C(dmesg), C(mlxfwmanager --query));
     C(modinfo nvidia) is added only when the driver is installed but not loaded, and C(mstflint q) once per ConnectX adapter only
     when C(mlxfwmanager) is absent. On a node with IMEX (GB200 / GB300 NVL72 compute trays) three more are started
-    (C(nvidia-imex --version), C(systemctl is-active nvidia-imex), C(nvidia-imex-ctl -N)); a node without it starts none of them.
+    (C(nvidia-imex --version), C(systemctl is-active nvidia-imex), C(nvidia-imex-ctl -N -j), JSON, from R580; C(-N) before, or
+    again when an IMEX refuses C(-j)); a node without it starts none of them.
     The number started is returned as RV(ansible_facts.gpufleet.commands_run).
   - The reads do not depend on each other and run at the same time, one thread each, so a call takes about as long as its slowest
     read (C(nvidia-smi -q -x) or C(mlxfwmanager --query) take seconds on a real node), not their sum. Each is still bounded by
@@ -43,7 +44,7 @@ options:
       - V(gpus) runs C(nvidia-smi), V(fabricmanager) runs C(nv-fabricmanager) and C(systemctl), V(nics) runs the Mellanox tools,
         V(xid) reads the kernel log.
       - V(imex) reads C(/etc/nvidia-imex/nodes_config.cfg) and, only where C(nvidia-imex) is installed (GB200 / GB300 NVL72 trays),
-        runs C(nvidia-imex --version), C(systemctl is-active nvidia-imex) and C(nvidia-imex-ctl -N).
+        runs C(nvidia-imex --version), C(systemctl is-active nvidia-imex) and C(nvidia-imex-ctl -N -j) (C(-N) before R580).
       - V(stack) is not part of V(all), name it (for example V([all, stack])). It runs, where installed, C(ofed_info -s), C(ibstat)
         (or C(ibv_devinfo)), C(lsmod), C(modinfo) of C(nvidia), C(nvidia_peermem) and C(mlx5_core), C(mokutil --sb-state)
         (and C(--list-enrolled) where Secure Boot is on), C(dkms status), C(dcgmi --version) and C(nv-hostengine --version),
@@ -204,7 +205,7 @@ ansible_facts:
             - IMEX on a GB200 / GB300 NVL72 tray. C(installed) is V(false) on a node without C(nvidia-imex) (HGX, PCIe), which is not an error.
             - C(version) from C(nvidia-imex --version); C(matches_driver) whether it is the loaded driver's (IMEX refuses to start otherwise);
               C(service_state) of C(nvidia-imex.service); C(nodes_config) the addresses of C(/etc/nvidia-imex/nodes_config.cfg).
-            - C(domain) is what C(nvidia-imex-ctl -N) prints (nodes with state and version, C(domain_state), C(domain_up),
+            - C(domain) is what C(nvidia-imex-ctl -N -j) (or C(-N)) prints (nodes with state and version, C(domain_state), C(domain_up),
               C(version_mismatch) for C(!V!), C(node_map_mismatch) for C(!M!)), V(null) with C(domain_error) when it gave none.
             - C(problems) lists every reason the IMEX domain is not ready.
           type: dict

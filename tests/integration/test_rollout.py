@@ -134,6 +134,25 @@ def test_the_report_tells_what_happened(happy):
     assert (upgraded["before"]["driver"], upgraded["after"]["driver"]) == (OLD, NEW)
 
 
+# Issue 22: the tasks (ok + skipped in the play recap) of a node of a gate, driver only, on the happy path (178 before
+# the rollout's steps were cut, of which 85 are the component roles' own). The first node of a gate also counts the
+# gate's run-once tasks (its judgement, pause and progress lines), and a node that waited for a slot a few more.
+TASKS_PER_NODE = 140
+TASKS_RUN_ONCE_PER_GATE = 20
+
+
+def test_a_driver_only_node_runs_few_tasks(happy):
+    """Each task costs the controller a worker per node (the suite's time on two cores): the typical node of a gate stays
+    under TASKS_PER_NODE, and none over it by more than its gate's run-once tasks."""
+    counts = recap(happy["run"].stdout)
+    gates = [wave for number, wave in waves_of(report_json(happy["report"])).items() if number > 0]
+    per_node = {name: counts[name]["ok"] + counts[name]["skipped"] for gate in gates for name in gate}
+    assert len(per_node) == 11, per_node  # 12 upgraded, one of them the canary
+    typical = sorted(per_node.values())[len(per_node) // 2]
+    assert typical <= TASKS_PER_NODE, per_node
+    assert max(per_node.values()) <= TASKS_PER_NODE + TASKS_RUN_ONCE_PER_GATE, per_node
+
+
 def out_of_service(fleet, name):
     """(start, end) of the node's time out of service: its drain's start to its resume's end (its own state file)."""
     drain, resume = fleet.phase(name, "drain"), fleet.phase(name, "resume")

@@ -11,9 +11,12 @@ stop switch: the stop file (gpufleet_stop_file) put down while the canary is in 
 starts no new node, says how to resume and writes its evidence; with the file gone, the same command completes the
 rollout, a node whose GPU falls off the bus on the new driver rolled back. Run once more into an empty evidence folder (an
 AWX job's fresh project folder), it changes nothing and writes every record whole from the node state files, the
-rollback's details included (issue 22: it wrote no evidence at all). Last, a rollout with gpufleet_unit_by: rack (two
-racks of 4, the fixture's host variable): each rack goes out of service and comes back whole, one node losing a GPU after
-its upgrade rolls its whole rack back (no rack ever in service on two drivers), the other rack is upgraded.
+rollback's details included (issue 22: it wrote no evidence at all). Last, on its own fleet of GB200 NVL72 trays
+(tests/fixtures/rollout/fleet-units-nvl72.yml: 2 NVLink domains of 4 trays, 127.0.28.x, slurmctld on 18800), a rollout
+without gpufleet_unit_by is refused before any tray is touched; with gpufleet_unit_by: nvlink_domain each domain goes out
+of service and comes back whole, the driver's tray verify (IMEX domain UP with every tray) passes on the upgraded domain,
+one tray losing a GPU after its upgrade rolls its whole domain back (no domain ever in service on two drivers), and the
+other domain is upgraded.
 Run:
     .venv/bin/python -m pytest tests/integration/test_rollout_resume.py -m integration -q
 """
@@ -28,9 +31,10 @@ from fleet import TESTS, fleet_up, needs_fleet
 from rollout_helpers import NEW, OLD, RolloutFleet, by_time, failures, recap, report_json, unavailable, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-resume.yml"
+NVL72_SPEC = TESTS / "fixtures" / "rollout" / "fleet-units-nvl72.yml"
 SHAPE = {"gpufleet_max_unavailable": 2, "gpufleet_waves": [2], "gpufleet_soak_seconds": 2}
 NEWER = "595.45.04"
-UNITS = "595.58.03"  # the gpufleet_unit_by rollout's BOM, after every other test here
+TRAY_OLD, TRAY_NEW = "580.95.05", "590.48.01"  # the NVL72 trays' driver, and the gpufleet_unit_by rollout's BOM
 BOM_NEWER = {"driver": {"version": NEWER, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA L40S", "count": 2},
              "cuda": ["12.4"]}
 
@@ -40,7 +44,7 @@ pytestmark = needs_fleet()
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("rollout-resume")
-    runfiles = write_runfiles(base / "runfiles", (OLD, NEW, NEWER, UNITS))
+    runfiles = write_runfiles(base / "runfiles", (OLD, NEW, NEWER))
     with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
         yield RolloutFleet(workdir, runfiles)
 
@@ -266,55 +270,105 @@ def test_a_run_after_a_rollback_rebuilds_every_record_from_the_state_files(fleet
 
 
 @pytest.fixture(scope="module")
-def units(fleet, tmp_path_factory):
-    """A rollout to UNITS with gpufleet_unit_by: rack (gpu-01..04 rack r1, the canary unit; gpu-05..08 rack r2), gpu-06
-    losing a GPU after its upgrade, Slurm's states sampled throughout."""
+def nvl72(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rollout-units-nvl72")
+    runfiles = write_runfiles(base / "runfiles", (TRAY_OLD, TRAY_NEW))
+    with fleet_up(NVL72_SPEC, base / "fleet", timeout=300) as workdir:
+        yield RolloutFleet(workdir, runfiles)
+
+
+@pytest.fixture(scope="module")
+def units(nvl72, tmp_path_factory):
+    """A rollout to TRAY_NEW with gpufleet_unit_by: nvlink_domain (nvl-a01..a04 domain rack-a, the canary unit; nvl-b01..b04
+    rack-b), nvl-b02 losing a GPU after its upgrade, Slurm's states sampled throughout."""
     out = tmp_path_factory.mktemp("units")
-    before = {n: fleet.driver(n) for n in fleet.names}
-    fleet.fault("gpu-06", "xid79", gpu=1, when="upgrade")
-    bom = dict(BOM_NEWER, driver=dict(BOM_NEWER["driver"], version=UNITS))
-    sampler = fleet.sampler(out / "slurm-states.jsonl")
+    before = {n: nvl72.driver(n) for n in nvl72.names}
+    # No cuda list: a BOM may leave it out (the preflight role's argument spec failed on it: no attribute 'cuda').
+    bom = {"driver": {"version": TRAY_NEW, "install": "runfile", "kernel_module": "open"}, "gpu": {"model": "NVIDIA GB200", "count": 4}}
+    shape = {"gpufleet_bom": bom, "gpufleet_max_unavailable": 4, "gpufleet_waves": ["100%"], "gpufleet_soak_seconds": 1,
+             "gpufleet_failure_budget": 4, "gpufleet_wave_max_fail_percentage": 100, "nvidia_driver_imex_timeout": 60}
+    refused = nvl72.upgrade(out / "refused", **shape)  # the same rollout without gpufleet_unit_by
+    after_refusal = {n: (nvl72.node(n), nvl72.rollout_section(n), nvl72.driver(n)) for n in nvl72.names}
+    nvl72.fault("nvl-b02", "xid79", gpu=1, when="upgrade")
+    sampler = nvl72.sampler(out / "slurm-states.jsonl")
     try:
-        done = fleet.upgrade(out / "report", gpufleet_bom=bom, gpufleet_unit_by="rack", gpufleet_max_unavailable=4, gpufleet_waves=["100%"],
-                             gpufleet_soak_seconds=1, gpufleet_failure_budget=4, gpufleet_wave_max_fail_percentage=100)
+        done = nvl72.upgrade(out / "report", gpufleet_unit_by="nvlink_domain", **shape)
     finally:
         samples = sampler.stop()
     (out / "upgrade.log").write_text(done.stdout + done.stderr)  # for a failing test's reader
-    return {"run": done, "samples": samples, "before": before, "report": out / "report"}
+    return {"run": done, "samples": samples, "before": before, "report": out / "report", "refused": refused, "after_refusal": after_refusal}
 
 
-RACKS = {"rack r1": ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], "rack r2": ["gpu-05", "gpu-06", "gpu-07", "gpu-08"]}
+def test_trays_without_units_are_refused_before_any_node_is_touched(units):
+    """Without gpufleet_unit_by the rollout over NVL72 trays stops at the plan, saying why and what to set; no tray is drained
+    or changed, and the locks it took are given back (the same rollout with units, run next, is not refused as its twin)."""
+    refused = units["refused"]
+    assert refused.returncode != 0
+    output = " ".join(refused.stdout.split())
+    assert "refuses to start: 8 targets are GB200/GB300 NVL72 compute trays" in output, failures(refused.stdout)
+    assert "(nvlink_domain rack-a): nvl-a01, nvl-a02, nvl-a03, nvl-a04" in output and "a driver cannot be mixed within an NVLink domain" in output
+    assert "Set gpufleet_unit_by: nvlink_domain" in output and "No node was touched" in output
+    for name, (node, section, driver) in units["after_refusal"].items():
+        assert "DRAIN" not in node["state"] and driver == units["before"][name], (name, node, driver)
+        assert section.get("status") != "running", (name, section)
 
 
-def test_one_failure_rolls_its_whole_unit_back_and_the_other_unit_is_upgraded(fleet, units):
+DOMAINS = {"nvlink_domain rack-a": ["nvl-a01", "nvl-a02", "nvl-a03", "nvl-a04"],
+           "nvlink_domain rack-b": ["nvl-b01", "nvl-b02", "nvl-b03", "nvl-b04"]}
+
+
+def imex_domain(fleet, tray):
+    """nvidia-imex-ctl -N -j on the tray: {status, versions of its nodes, hosts}."""
+    doc = json.loads(fleet.ssh_ok(tray, "nvidia-imex-ctl -N -j"))
+    nodes = doc["nodes"].values()
+    return {"status": doc["status"], "versions": {n.get("version") for n in nodes}, "hosts": sorted(n["host"] for n in nodes),
+            "ready": {n["status"] for n in nodes}}
+
+
+def test_one_failure_rolls_its_whole_unit_back_and_the_other_unit_is_upgraded(nvl72, units):
     done = units["run"]
-    assert "units of change (gpufleet_unit_by rack): rack r1 of 4, rack r2 of 4" in done.stdout, failures(done.stdout) + done.stdout[-6000:]
-    for name in RACKS["rack r1"]:
-        assert (fleet.rollout_section(name)["result"], fleet.driver(name)) == ("upgraded", UNITS), name
-    for name in RACKS["rack r2"]:
-        section = fleet.rollout_section(name)
-        assert (section["result"], fleet.driver(name)) == ("rolled_back", units["before"][name]), (name, section)
+    assert "units of change (gpufleet_unit_by nvlink_domain): nvlink_domain rack-a of 4, nvlink_domain rack-b of 4" in done.stdout, (
+        failures(done.stdout) + done.stdout[-6000:])
+    for name in DOMAINS["nvlink_domain rack-a"]:
+        assert (nvl72.rollout_section(name)["result"], nvl72.driver(name)) == ("upgraded", TRAY_NEW), name
+    for name in DOMAINS["nvlink_domain rack-b"]:
+        section = nvl72.rollout_section(name)
+        assert (section["result"], nvl72.driver(name)) == ("rolled_back", units["before"][name]), (name, section)
         assert section["rollback"]["result"] == "validated", (name, section)
-        if name != "gpu-06":  # rolled back for its unit: the reason names the unit and the node that failed
-            assert "unit rack r2" in section["rollback"]["reason"] and "gpu-06" in section["rollback"]["reason"], section["rollback"]
-        assert "DRAIN" not in fleet.node(name)["state"], name
+        reason = section["rollback"]["reason"]
+        if name == "nvl-b02":  # the tray that failed: its own reason
+            assert "gpu_lost" in reason or "xid" in reason.lower(), section["rollback"]
+        else:  # rolled back for its unit: the reason names the unit and the tray that failed, or the IMEX domain that tray kept DOWN
+            unit = "unit nvlink_domain rack-b" in reason and "nvl-b02" in reason
+            imex = "[imex_domain] IMEX nodes not READY: " + nvl72.address["nvl-b02"] in reason
+            assert unit or imex, section["rollback"]
+        assert "DRAIN" not in nvl72.node(name)["state"], name
 
 
-# A known gap in the product, not in the test (seen in a clean-clone CI run under load: gpu-05, a member of the failing
-# unit, in service for about 1 s between two samples out): after a member's reboot Slurm can return it to service by
-# itself (ReturnToService=2, the simulated fleet's setting and many sites'; a reboot Slurm did not ask for, such as the
-# fallback when its request is lost, ends DOWN and is returned at registration), and steps/hold.yml drains it again only
-# after its validation: for that window the member is in service, possibly beside members on the other driver
-# (invariant 12). It passes when the window falls between samples. Fix: inside a unit, re-drain as soon as the node
-# registers, or keep the drain across every reboot path.
-@pytest.mark.xfail(strict=False, reason="known gap: a unit member rebooted by its rollback is returned to service by Slurm "
-                                        "(ReturnToService=2) before steps/hold.yml drains it again (issue 22)")
+def test_the_tray_verify_brings_each_domains_imex_up_on_one_driver(nvl72, units):
+    """The driver role's tray verify (fabric Completed, IMEX at the driver's version, the IMEX domain UP with every tray) ran
+    and passed on each tray of the upgraded domain; the rolled-back domain is UP again on its old driver."""
+    log = units["run"].stdout
+    verified = log.split("TASK [gpufleet.lifecycle.nvidia_driver : Check the fabric, IMEX and the IMEX domain]")
+    assert len(verified) > 1, failures(log)
+    for unit, driver in (("nvlink_domain rack-a", TRAY_NEW), ("nvlink_domain rack-b", TRAY_OLD)):
+        addresses = sorted(nvl72.address[t] for t in DOMAINS[unit])
+        for tray in DOMAINS[unit]:
+            assert nvl72.sim(tray)["imex"]["version"] == driver, (tray, nvl72.sim(tray)["imex"])
+            assert imex_domain(nvl72, tray) == {"status": "UP", "versions": {driver}, "hosts": addresses, "ready": {"READY"}}, tray
+    for tray in DOMAINS["nvlink_domain rack-a"]:
+        assert any(f"ok: [{tray}]" in block.split("TASK [", 1)[0] for block in verified[1:]), (tray, failures(log))
+
+
+# Once a known gap (an xfail): after a member's reboot Slurm returned it to service by itself (ReturnToService=2, DOWN
+# after 'reboot complete') before steps/hold.yml drained it again; node_maintenance now drains it again as soon as its
+# reboot completes, so a member is never in service between two samples out.
 def test_a_units_nodes_go_out_and_come_back_together_in_slurms_states(units):
     """Invariant 12 from Slurm's samples: each node of a unit went out once; all were out at once before any came back,
     and they came back within one resume step of each other, so no sample shows a member in service beside one out and
     changing (on another driver)."""
     times = sorted(by_time(units["samples"]).items())
-    for unit, members in RACKS.items():
+    for unit, members in DOMAINS.items():
         spans = {}
         for name in members:
             out = [t for t, nodes in times if name in nodes and unavailable(nodes[name]["state"])]

@@ -299,7 +299,7 @@ class GpuFactsCollector:
         return {"mode": params["cdmm_mode"], "enabled": params["cdmm"]}
 
     def _imex_reads(self):
-        """The keyword arguments of nvlink.imex_facts but the driver: at most three processes, none without nvidia-imex."""
+        """The keyword arguments of nvlink.imex_facts but the driver: three processes (four where an IMEX of R580+ refuses -j), none without nvidia-imex."""
         reads = {"version": None, "service_state": None, "nodes_config": None, "domain": None, "domain_error": None}
         text = self.host.read(IMEX_NODES_CONFIG)
         if text is not None:
@@ -330,15 +330,21 @@ class GpuFactsCollector:
         if not ctl.available:
             reads["domain_error"] = "nvidia-imex-ctl is not installed"
             return reads
-        rc, out, err = ctl.run(["-N"], ok_rcs=None)
+        args = nvlink.imex_ctl_nodes_args(reads["version"])
+        rc, out, err = ctl.run(args, ok_rcs=None)
+        if rc != 0 and args != ["-N"] and nvlink.imex_ctl_lacks_json(out, err):
+            args = ["-N"]
+            rc, out, err = ctl.run(args, ok_rcs=None)
         if rc != 0:
             # The daemon is down or not configured: a state to report, not a failed task.
             reads["domain_error"] = f"exit status {rc}: {(err or out).strip()[:300]}"
             return reads
+        parse = imex_parser.parse_ctl_nodes_json if "-j" in args else imex_parser.parse_ctl_nodes
         try:
-            reads["domain"] = imex_parser.parse_ctl_nodes(out)
+            reads["domain"] = parse(out)
         except ParseError as exc:
-            raise FactsError(f"nvidia-imex-ctl -N printed unexpected output: {exc}", cmd=[ctl.path, "-N"], rc=rc, stdout=out, stderr=err) from exc
+            raise FactsError(f"nvidia-imex-ctl {' '.join(args)} printed unexpected output: {exc}", cmd=[ctl.path, *args], rc=rc, stdout=out,
+                             stderr=err) from exc
         return reads
 
     # -- ConnectX NICs ------------------------------------------------------

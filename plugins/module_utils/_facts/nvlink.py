@@ -8,6 +8,7 @@
   CliqueId) and every fabric that is not Completed / Success / Healthy.
 * imex_matches_driver(imex, driver): IMEX refuses to start unless its version is the driver's.
 * imex_facts(...): the IMEX facts of a node from its reads.
+* imex_ctl_nodes_args(version), imex_ctl_lacks_json(out, err): how to ask nvidia-imex-ctl for the domain (JSON where it can).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 FABRIC_GOOD = {"state": "Completed", "status": "Success"}
 # Health summary: "Healthy"; None where the GPU prints N/A (H100 and older report no summary).
 HEALTH_GOOD = ("Healthy", None)
+# nvidia-imex-ctl -N -j (JSON) from this branch on: NVIDIA's ai-cloud-validation reads it from 580.95.05; the usage of
+# 570.148.08 lists no -j (../shared/fixtures/real/gb200/imex). An older IMEX gets -N (text, same parser result).
+IMEX_CTL_JSON_BRANCH = 580
 
 
 def _gpu_name(gpu):
@@ -77,6 +81,17 @@ def imex_matches_driver(imex_version, driver_version):
     if not imex_version or not driver_version:
         return None
     return driver_version == imex_version or driver_version.startswith(imex_version + ".")
+
+
+def imex_ctl_nodes_args(imex_version):
+    """The arguments of ``nvidia-imex-ctl`` that print the domain: ``-N -j`` from R580, ``-N`` before or when unknown."""
+    major = (imex_version or "").split(".", 1)[0]
+    return ["-N", "-j"] if major.isdigit() and int(major) >= IMEX_CTL_JSON_BRANCH else ["-N"]
+
+
+def imex_ctl_lacks_json(out, err):
+    """True when nvidia-imex-ctl refused ``-j`` with its usage text (an IMEX without JSON output): ask again with ``-N``."""
+    return "Usage: nvidia-imex-ctl" in f"{out or ''}\n{err or ''}"
 
 
 def imex_facts(version, service_state, nodes_config, domain, driver_version, domain_error=None):

@@ -7,7 +7,8 @@
 ``audit_to_spec(report, ...)`` returns ``(spec, notes)``: the spec (tests/gpusim/README.md, "Spec format") reproduces
 every node's SKU (GPU model and count, NVSwitch, ConnectX ports with type, PSID, part number and firmware), its
 versions (driver and kernel module flavour, fabric manager, kernel, VBIOS, and what the BMC showed: HGX bundle, host
-BMC and BIOS), the SKUs' BOMs and the operator's host variables; ``notes`` say what the copy does not reproduce.
+BMC and BIOS; on a GB200 NVL72 tray its NVLink domain, CliqueId, IMEX version and CDMM), the SKUs' BOMs and the
+operator's host variables; ``notes`` say what the copy does not reproduce.
 What the simulator cannot play is refused with the node and the field, never approximated silently.
 """
 
@@ -26,6 +27,7 @@ REPORT_VERSION = 1
 _HOSTNAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DRIVER_VERSION = re.compile(r"\d+\.\d+(\.\d+)?")
+_CLUSTER_UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 _FIRMWARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _KERNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}")
 _PSID = re.compile(r"[A-Za-z0-9_]{1,32}")
@@ -239,6 +241,33 @@ def _copy_bom(sku, bom, notes):
     return bom
 
 
+def _nvlink_domain(name, record, hardware, driver, host_vars, notes):
+    """A GB200/GB300 NVL72 tray's NVLink domain on the copy: named by the inventory's nvlink_domain (else after its ClusterUUID),
+    with its CliqueId, IMEX version and CDMM mode; {} for a node the audit saw no multi-node NVLink on."""
+    nvlink = hardware.get("nvlink")
+    if not isinstance(nvlink, dict):
+        return {}
+    uuid = nvlink.get("cluster_uuid")
+    if not isinstance(uuid, str) or not _CLUSTER_UUID.fullmatch(uuid):
+        raise _node_error(name, "hardware.nvlink.cluster_uuid", f"must be the tray's ClusterUUID (8-4-4-4-12 hex digits), got {uuid!r}")
+    domain = host_vars.get("nvlink_domain", record.get("nvlink_domain"))
+    if not isinstance(domain, str) or not _HOSTNAME.fullmatch(domain):
+        if domain is not None:
+            notes.append(f"{name}: nvlink_domain {domain!r} is not a name the simulator takes (lower-case letters, digits, -): the copy "
+                         "names its NVLink domain after its ClusterUUID")
+        domain = "nvl-" + uuid.lower()
+    entry = {"nvlink_domain": domain}
+    clique = nvlink.get("clique_id")
+    if isinstance(clique, int) and not isinstance(clique, bool) and 1 <= clique <= 32767:
+        entry["clique_id"] = clique
+    imex = hardware.get("imex")
+    if isinstance(imex, str) and _DRIVER_VERSION.fullmatch(imex) and imex != driver:
+        entry["imex"] = imex
+    if hardware.get("cdmm") in ("driver", "default"):
+        entry["cdmm"] = hardware["cdmm"]
+    return entry
+
+
 def _node(record, bom, host_vars, notes):
     """One node's group entry (without names) and its SKU shape."""
     name = record.get("name")
@@ -275,7 +304,10 @@ def _node(record, bom, host_vars, notes):
         faults.append({"kind": "fm_inactive"})
     if faults:
         entry["faults"] = faults
+    entry.update(_nvlink_domain(name, record, hardware, driver, host_vars or {}, notes))
     own_vars = _host_vars(name, host_vars or {})
+    if "nvlink_domain" in entry:  # the copy's inventory names the tray's domain (gpufleet_unit_by, IMEX's nodes_config.cfg)
+        own_vars.setdefault("nvlink_domain", entry["nvlink_domain"])
     if "bom" in record:  # this node's BOM differs from its SKU's: a host variable overrides the group's
         own_vars["gpufleet_bom"] = copy.deepcopy(record["bom"])
     if own_vars:

@@ -153,7 +153,17 @@ def _hardware(facts, bmc):
             for nic in facts.get("nics") or []
         ],
         "firmware_inventory": inventory,
+        **_tray(facts),
     }
+
+
+def _tray(facts):
+    """A GB200/GB300 NVL72 tray's NVLink domain, IMEX version and CDMM mode (a rehearsal copy plays the same domains); {} elsewhere."""
+    nvlink = facts.get("nvlink") or {}
+    if nvlink.get("multi_node") is not True:
+        return {}
+    return {"nvlink": {"cluster_uuid": nvlink.get("cluster_uuid"), "clique_id": nvlink.get("clique_id")},
+            "imex": (facts.get("imex") or {}).get("version"), "cdmm": (facts.get("cdmm") or {}).get("mode")}
 
 
 def build_report(records, expected_hosts=None, title="GPU fleet audit", generated_at=None, secrets=None):

@@ -16,6 +16,8 @@ Ansible; ``plan.plan_waves`` calls the planning ones, the ``gpufleet.lifecycle.r
 - ``unit_verdict``: once every member ran its flow, what each member does now: all resumed together, or (a member
   failed, was lost, or was skipped while another changed) every changed member rolled back and the restored ones
   resumed together, so that no unit is ever in service with mixed driver versions (invariant 12).
+- ``trays_without_units``: a rollout over GB200/GB300 NVL72 compute trays (a non-zero ClusterUUID in their facts) whose
+  units do not hold each NVLink domain whole is refused before any node is touched, saying why and what to set.
 """
 
 from __future__ import annotations
@@ -187,3 +189,48 @@ def unit_verdict(results, unit="the unit", settled=()):
     why = (f"unit {unit} failed: {told}; "
            + (f"its other changed members are rolled back with it ({', '.join(others)})" if others else "no other member was changed"))
     return {"failed": True, "culprits": culprits, "why": why, "actions": actions}
+
+
+def _domain_name(cluster_uuid, trays, unit_values):
+    named = sorted({str(v) for v in unit_values.values() if v not in (None, "")})
+    return f"NVLink domain {cluster_uuid}" + (f" (nvlink_domain {', '.join(named)})" if named else "") + f": {', '.join(trays)}"
+
+
+def trays_without_units(nodes, unit_by):
+    """Why this rollout cannot change these NVL72 compute trays as planned ('' when it can).
+
+    ``nodes``: ``{host: {"multi_node": bool|None, "cluster_uuid": str|None, "nvlink_domain": value|None, "unit": value|None}}``
+    (the tray's facts ``nvlink``, the inventory's ``nvlink_domain`` and the host's ``unit_by`` value). A tray is a node whose
+    GPUs report a non-zero ClusterUUID (``multi_node``). Each NVLink domain's trays must be in one unit of change:
+    without ``unit_by`` they would be changed one by one, and a domain split between units would be in service with mixed
+    driver versions, which IMEX refuses (invariant 12).
+    """
+    if not isinstance(nodes, dict):
+        raise UnitError(f"trays_without_units needs {{host: facts}}, got {type(nodes).__name__}", argument="nodes")
+    unit_by = unit_variable(unit_by)
+    nodes = {host: node or {} for host, node in nodes.items()}
+    domains = OrderedDict()
+    for host, node in nodes.items():
+        if node.get("multi_node") is True and node.get("cluster_uuid"):
+            domains.setdefault(node["cluster_uuid"], []).append(host)
+    if not domains:
+        return ""
+    why = ("a driver cannot be mixed within an NVLink domain (each tray's nvidia-imex refuses to talk to trays on another "
+           "driver), so the driver's verify would wait for an IMEX domain that cannot come UP while the domain's other trays run "
+           "the old driver")
+    if not unit_by:
+        listed = "; ".join(_domain_name(uuid, trays, {t: nodes[t].get("nvlink_domain") for t in trays}) for uuid, trays in domains.items())
+        return (f"{sum(len(t) for t in domains.values())} targets are GB200/GB300 NVL72 compute trays ({listed}) but gpufleet_unit_by is not "
+                f"set, so they would be changed one by one: {why}. Set gpufleet_unit_by: nvlink_domain, with nvlink_domain in the inventory "
+                "naming each tray's NVLink domain (the same value for every tray of one rack)")
+    split = []
+    for uuid, trays in domains.items():
+        values = OrderedDict((tray, nodes[tray].get("unit")) for tray in trays)
+        if any(v is None or v == "" for v in values.values()) or len({str(v) for v in values.values()}) > 1:
+            by_value = ", ".join(f"{tray} {unit_by} {value if value not in (None, '') else '(unset)'}" for tray, value in values.items())
+            split.append(f"NVLink domain {uuid} ({by_value})")
+    if not split:
+        return ""
+    return (f"gpufleet_unit_by {unit_by} splits the trays of an NVLink domain between units of change: {'; '.join(split)}: {why}. "
+            f"Set {unit_by} to the same value for every tray of one NVLink domain (its ClusterUUID), or set gpufleet_unit_by: "
+            "nvlink_domain with nvlink_domain naming each tray's domain")

@@ -568,7 +568,17 @@ IMEX_N_UP = (
 )
 
 
-def gb200_node(commands, node, tmp_path, imex_version="580.95.05", ctl_rc=0, ctl_out=IMEX_N_UP, smi_xml=None):
+# nvidia-imex-ctl -N -j of the same domain (the key names of NVIDIA's ai-cloud-validation shape, gb200/imex in ../shared).
+IMEX_N_J_UP = json.dumps({"nodes": {
+    str(i): {"status": "READY", "host": f"10.0.0.{i + 1}", "version": "580.95.05", "changed": True,
+             "connections": {"0": {"host": "10.0.0.1", "status": "CONNECTED", "changed": True},
+                             "1": {"host": "10.0.0.2", "status": "CONNECTED", "changed": True}}} for i in range(2)},
+    "timestamp": "12/6/2026 01:20:00.000", "status": "UP"}, indent=2)
+IMEX_CTL_USAGE = ("Usage: nvidia-imex-ctl [-i <IP> <PORT>|-u <unix domain socket path>|-c <nvidia-imex config.cfg path>] "
+                  "<-n|-N|-q|-s|-d|-m> [-t <timeout>]\n")
+
+
+def gb200_node(commands, node, tmp_path, imex_version="580.95.05", ctl_rc=0, ctl_out=IMEX_N_UP, smi_xml=None, json_rc=None, json_out=IMEX_N_J_UP):
     gb200_pci = tuple((bus.lower()[4:], "0x10de", "0x030200") for bus in GB200_BUSES)
     node(driver_text="NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build  (dvs-builder@U22)  Tue Sep 23 2025\n", pci=gb200_pci)
     (tmp_path / "proc/driver/nvidia/params").write_text('ResmanDebugLevel: 4294967295\nCoherentGPUMemoryMode: "driver"\n')
@@ -583,6 +593,7 @@ def gb200_node(commands, node, tmp_path, imex_version="580.95.05", ctl_rc=0, ctl
     commands.on([systemctl, "is-active", "nvidia-imex"], stdout="active\n")
     commands.on([imex, "--version"], stdout=f"IMEX version is: {imex_version}\n")
     commands.on([ctl, "-N"], rc=ctl_rc, stdout=ctl_out)
+    commands.on([ctl, "-N", "-j"], rc=ctl_rc if json_rc is None else json_rc, stdout=json_out)
 
 
 def test_gb200_tray_facts_fabric_domain_imex_cdmm(commands, node, run_module, tmp_path):
@@ -598,7 +609,7 @@ def test_gb200_tray_facts_fabric_domain_imex_cdmm(commands, node, run_module, tm
     assert imex["domain"]["domain_up"] is True and imex["problems"] == []
     assert sorted(call["argv"] for call in commands.calls) == [
         ["/usr/bin/nvidia-imex", "--version"],
-        ["/usr/bin/nvidia-imex-ctl", "-N"],
+        ["/usr/bin/nvidia-imex-ctl", "-N", "-j"],
         ["/usr/bin/nvidia-smi", "-q", "-x"],
         ["/usr/bin/systemctl", "is-active", "nvidia-fabricmanager", "nvidia-persistenced"],
         ["/usr/bin/systemctl", "is-active", "nvidia-imex"],
@@ -617,11 +628,40 @@ def test_gb200_tray_problems_are_reported(commands, node, run_module, tmp_path):
     assert any("install nvidia-imex=580.95.05" in line for line in facts["imex"]["problems"])
 
 
-def test_gb200_garbled_imex_ctl_fails_naming_the_tool(commands, node, run_module, tmp_path):
-    gb200_node(commands, node, tmp_path, ctl_out=IMEX_N_UP.replace("       1        C   C\n", "       1        C\n"))
+@pytest.mark.parametrize(("imex_version", "json_rc", "json_out", "argvs"), [
+    # R580+: the JSON form alone
+    ("580.95.05", None, IMEX_N_J_UP, [["-N", "-j"]]),
+    # before R580 (570.148.08's usage lists no -j): the text form alone
+    ("570.172.08", None, "", [["-N"]]),
+    # an R580+ IMEX that refuses -j with its usage: asked again with -N
+    ("580.95.05", 1, IMEX_CTL_USAGE, [["-N", "-j"], ["-N"]]),
+])
+def test_gb200_imex_domain_read_as_json_where_imex_prints_it(commands, node, run_module, tmp_path, imex_version, json_rc, json_out, argvs):
+    gb200_node(commands, node, tmp_path, imex_version=imex_version, json_rc=json_rc, json_out=json_out)
+    facts = run_module(gpu_facts.main, {"gather_subset": ["imex"]})["ansible_facts"]["gpufleet"]
+    assert [call["argv"][1:] for call in commands.calls if call["argv"][0].endswith("nvidia-imex-ctl")] == argvs
+    domain = facts["imex"]["domain"]
+    assert (domain["domain_state"], domain["domain_up"], [n["address"] for n in domain["nodes"]]) == ("UP", True, ["10.0.0.1", "10.0.0.2"])
+    assert {n["state"] for n in domain["nodes"]} == {"READY"}
+
+
+def test_gb200_imex_daemon_down_is_a_state_not_a_failure(commands, node, run_module, tmp_path):
+    gb200_node(commands, node, tmp_path, ctl_rc=1, ctl_out="", json_out="")
+    facts = run_module(gpu_facts.main, {"gather_subset": ["imex"]})["ansible_facts"]["gpufleet"]
+    assert facts["imex"]["domain"] is None and facts["imex"]["domain_error"].startswith("exit status 1")
+    assert [call["argv"][1:] for call in commands.calls if call["argv"][0].endswith("nvidia-imex-ctl")] == [["-N", "-j"]]
+
+
+@pytest.mark.parametrize(("imex_version", "json_out", "ctl_out", "words"), [
+    ("570.172.08", "", IMEX_N_UP.replace("       1        C   C\n", "       1        C\n"), "nvidia-imex-ctl -N printed unexpected output"),
+    ("580.95.05", IMEX_N_J_UP.replace('"status": "READY"', '"status": 5', 1), IMEX_N_UP, "nvidia-imex-ctl -N -j printed unexpected output"),
+    ("580.95.05", '{"nodes": {...}, "status": "UP"}', IMEX_N_UP, "nvidia-imex-ctl -N -j printed unexpected output"),
+])
+def test_gb200_garbled_imex_ctl_fails_naming_the_tool(commands, node, run_module, tmp_path, imex_version, json_out, ctl_out, words):
+    gb200_node(commands, node, tmp_path, imex_version=imex_version, ctl_out=ctl_out, json_out=json_out)
     result = run_module(gpu_facts.main, {"gather_subset": ["imex"]})
     assert result["failed"] is True
-    assert "nvidia-imex-ctl -N printed unexpected output" in result["msg"] and "connectivity row" in result["msg"]
+    assert words in result["msg"], result["msg"]
 
 
 def test_hgx_node_reports_imex_absent_not_an_error(commands, node, run_module):
