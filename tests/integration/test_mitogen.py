@@ -41,7 +41,7 @@ SPEC = {
     },
     "nodes": [{"count": 2, "prefix": "mito-", "sku": "hgx_h100", "driver": OLD, "kernel_module": "open"}],
 }
-MODULES = ("bmc_inventory", "fleet_report", "gpu_facts", "gpu_validate", "mlxfw", "node_state", "nvfwupd", "nvidia_driver", "rollout_report",
+MODULES = ("bmc_inventory", "fleet_report", "gpu_facts", "gpu_validate", "mlxfw", "node_state", "nvfwupd", "nvidia_driver", "ofed", "rollout_report",
            "rollout_state", "slurm_capacity", "slurm_node", "validation_report")
 CONTROLLER = ("bmc_inventory", "fleet_report", "rollout_report", "validation_report")  # run once, on localhost
 
@@ -86,6 +86,13 @@ PLAYBOOK = """
       gpufleet.lifecycle.mlxfw:
         image: "{{ nic_image.image }}"
         checksum: "{{ nic_image.checksum }}"
+      check_mode: true
+    - name: ofed
+      gpufleet.lifecycle.ofed:
+        flavor: doca-ofed
+        version: 24.10-1.1.4.0.200
+        method: package
+        peermem: skip
       check_mode: true
     - name: nvfwupd
       gpufleet.lifecycle.nvfwupd:

@@ -137,7 +137,9 @@ def test_the_report_tells_what_happened(happy):
 # Issue 22: the tasks (ok + skipped in the play recap) of a node of a gate, driver only, on the happy path (178 before
 # the rollout's steps were cut, of which 85 are the component roles' own). The first node of a gate also counts the
 # gate's run-once tasks (its judgement, pause and progress lines), and a node that waited for a slot a few more.
-TASKS_PER_NODE = 140
+# 139 when measured; since then the tray refusal (plan.yml, one skipped task a node) and the Secure Boot signature check
+# (nvidia_driver verify, one skipped include a node) were added: CI18 counted 142 before the check became one include.
+TASKS_PER_NODE = 141
 TASKS_RUN_ONCE_PER_GATE = 20
 
 

@@ -118,7 +118,8 @@ def test_a_loss_and_a_persons_drain_shrink_the_window_and_the_rest_go_one_by_one
     for t, nodes in by_time(first["samples"]).items():
         assert sum(unavailable(s["state"]) for s in nodes.values()) <= BUDGET, (t, nodes)
     gate1 = [n for n in gates[1] if n in span]
-    assert any(span[a][0] < span[b][0] < span[a][1] for a in gate1 for b in gate1 if a != b), span
+    # Two of them admitted in one sample go out together (same first sample): <= on the start.
+    assert any(span[a][0] <= span[b][0] < span[a][1] for a in gate1 for b in gate1 if a != b), span
     # gpu-08, the last gate, went out while gpu-01 and gpu-06 held two of the three slots.
     held = by_time(first["samples"])[min(t for t, nodes in by_time(first["samples"]).items()
                                          if "gpu-08" in nodes and unavailable(nodes["gpu-08"]["state"]))]
