@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import Tool
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._tools import AptGet, Dnf, Rpm, Tool
 
 OPENIBD_INIT_SCRIPT = "/etc/init.d/openibd"
 
@@ -53,16 +53,13 @@ class Openibd(Tool):
         return self.run(["restart"], ok_rcs=None)
 
 
-class OfedAptGet(Tool):
-    binary = "apt-get"
-    label = "apt-get"
+class OfedAptGet(AptGet):
+    """The collection's apt-get wrapper, with an OFED install's time (an hour)."""
+
     default_timeout = 3600
-    env = (("DEBIAN_FRONTEND", "noninteractive"),)
 
 
-class OfedDnf(Tool):
-    binary = "dnf"
-    label = "dnf"
+class OfedDnf(Dnf):
     default_timeout = 3600
 
 
@@ -75,9 +72,7 @@ class OfedDpkg(Tool):
     env = (("DEBIAN_FRONTEND", "noninteractive"),)
 
 
-class OfedRpm(Tool):
-    binary = "rpm"
-    label = "rpm"
+class OfedRpm(Rpm):
     default_timeout = 600
 
 
