@@ -14,10 +14,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import units as _units
 
 
-def unit_verdict(results, unit="the unit", settled=None):
+def unit_verdict(results, unit="the unit", settled=None, domain=None):
     """What each member of a unit does once all ran their flow: resume together, or roll every changed member back."""
     try:
-        return _units.unit_verdict(dict(results or {}), str(unit), settled or ())
+        return _units.unit_verdict(dict(results or {}), str(unit), settled or (), dict(domain or {}))
     except (_units.UnitError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.unit_verdict: {exc}") from exc
 

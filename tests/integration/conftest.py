@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 SECONDS = {
     "test_rollout.py": 530,
     "test_rollout_resume.py": 430,
@@ -33,3 +35,39 @@ SECONDS = {
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: -SECONDS.get(pathlib.Path(item.path).name, 0))  # stable: a file's tests keep their order
+
+
+# What the fleet itself saw, in the report of a failing test: CI keeps only pytest's output, and the fleet (its
+# supervisor's reboots, slurmctld's view) is gone with the test's temporary directory. Bounded: the last lines only.
+FLEET_LOGS = (("supervisor.log", 80), ("slurm/log/slurmctld.log", 60), ("bmc/bmc.log", 30))
+
+
+def _fleet_workdirs(item) -> list[pathlib.Path]:
+    found = []
+    for value in getattr(item, "funcargs", {}).values():
+        workdir = getattr(value, "workdir", value)
+        if isinstance(workdir, pathlib.Path) and (workdir / "fleet.json").is_file() and workdir not in found:
+            found.append(workdir)
+    return found
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for workdir in _fleet_workdirs(item):
+        for name, lines in FLEET_LOGS:
+            path = workdir / name
+            if path.is_file():
+                tail = path.read_text(errors="replace").splitlines()[-lines:]
+                report.sections.append((f"fleet {workdir.name}: last {len(tail)} lines of {name}", "\n".join(tail)))
+        # The boot log of each node that the failure names (at most four).
+        text = str(report.longrepr)
+        nodes = sorted(p.name for p in (workdir / "nodes").glob("*") if p.is_dir())
+        for node in [n for n in nodes if f"{n}:" in text or f"[{n}]" in text or f"'{n}'" in text][:4]:
+            path = workdir / "nodes" / node / "log" / "boot.log"
+            if path.is_file():
+                tail = path.read_text(errors="replace").splitlines()[-20:]
+                report.sections.append((f"fleet {workdir.name}: last {len(tail)} lines of {node}'s log/boot.log", "\n".join(tail)))

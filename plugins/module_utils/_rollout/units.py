@@ -155,21 +155,31 @@ def unit_gates(units, sizes):
     return gates
 
 
-def unit_verdict(results, unit="the unit", settled=()):
+def unit_verdict(results, unit="the unit", settled=(), domain=None):
     """What each member does now that every member ran its flow.
 
     ``results``: ``{member: result}`` (upgraded, unchanged, rolled_back, failed_drained, skipped, deferred, or
     not_started for a member lost from the run). ``settled``: members an earlier run finished (left as they are).
+    ``domain``: ``{member: why}`` for members whose unit-wide check (the IMEX domain, judged once every member changed)
+    failed: they are culprits too, and every changed member, them included, is rolled back.
     Returns ``{"failed": bool, "culprits": [...], "why": str, "actions": {member: action}}``.
     """
     if not isinstance(results, dict) or not results:
         raise UnitError(f"unit_verdict needs the unit's members and their results, got {results!r}", argument="results")
+    if domain is None:
+        domain = {}
+    if not isinstance(domain, dict):
+        raise UnitError(f"unit_verdict's domain must be {{member: why}}, got {type(domain).__name__}", argument="domain")
+    strangers = sorted(str(host) for host in domain if host not in results)
+    if strangers:
+        raise UnitError(f"unit_verdict's domain names {', '.join(strangers)}, not members of {unit}", argument="domain")
     settled = set(settled or ())
     live = {host: result for host, result in results.items() if host not in settled}
     changed = [host for host, result in live.items() if result in _CHANGED]
     culprits = [host for host, result in live.items() if result in _FAILED]
     if changed:  # a member left on the old driver (skipped, lost) beside changed ones would mix the unit
         culprits += [host for host, result in live.items() if result not in _FINE and result not in _FAILED]
+    culprits += [host for host in live if host in domain and host not in culprits]
     actions = {}
     for host, result in results.items():
         if host in settled:
@@ -184,7 +194,8 @@ def unit_verdict(results, unit="the unit", settled=()):
             actions[host] = NOTHING
     if not culprits:
         return {"failed": False, "culprits": [], "why": "", "actions": actions}
-    told = ", ".join(f"{host} {results[host]}" for host in culprits)
+    told = ", ".join(f"{host} {results[host]}" if host not in domain
+                     else f"{host} {results[host]} but its IMEX domain check failed ({str(domain[host]).strip()[:240]})" for host in culprits)
     others = list(changed)
     why = (f"unit {unit} failed: {told}; "
            + (f"its other changed members are rolled back with it ({', '.join(others)})" if others else "no other member was changed"))
@@ -234,3 +245,35 @@ def trays_without_units(nodes, unit_by):
     return (f"gpufleet_unit_by {unit_by} splits the trays of an NVLink domain between units of change: {'; '.join(split)}: {why}. "
             f"Set {unit_by} to the same value for every tray of one NVLink domain (its ClusterUUID), or set gpufleet_unit_by: "
             "nvlink_domain with nvlink_domain naming each tray's domain")
+
+
+def default_unit_by(nodes, unit_by):
+    """The unit_by a rollout uses: ``unit_by`` when set; else ``nvlink_domain`` when targets are NVL72 compute trays and the
+    inventory's ``nvlink_domain`` names every target's domain the way the trays' ClusterUUIDs group them; else ''.
+
+    ``nodes`` as for trays_without_units. Returns ``{"unit_by": str, "note": str}`` (the note says why a default was
+    taken). Without a usable ``nvlink_domain`` (a target without one, or a ClusterUUID whose trays carry two values) the
+    default is '' and trays_without_units refuses, naming what to set: a guess would risk a domain in service with mixed
+    drivers.
+    """
+    if not isinstance(nodes, dict):
+        raise UnitError(f"default_unit_by needs {{host: facts}}, got {type(nodes).__name__}", argument="nodes")
+    unit_by = unit_variable(unit_by)
+    if unit_by:
+        return {"unit_by": unit_by, "note": ""}
+    nodes = {host: node or {} for host, node in nodes.items()}
+    domains = OrderedDict()
+    for host, node in nodes.items():
+        if node.get("multi_node") is True and node.get("cluster_uuid"):
+            domains.setdefault(node["cluster_uuid"], []).append(host)
+    if not domains:
+        return {"unit_by": "", "note": ""}
+    values = {host: node.get("nvlink_domain") for host, node in nodes.items()}
+    if any(v is None or v == "" or isinstance(v, bool) or not isinstance(v, (str, int)) for v in values.values()):
+        return {"unit_by": "", "note": ""}
+    if any(len({str(values[tray]) for tray in trays}) > 1 for trays in domains.values()):
+        return {"unit_by": "", "note": ""}
+    trays = sum(len(t) for t in domains.values())
+    return {"unit_by": "nvlink_domain",
+            "note": (f"gpufleet_unit_by unset: {trays} targets are NVL72 compute trays in {len(domains)} NVLink domain(s), so each "
+                     "nvlink_domain is one unit of change (the inventory's nvlink_domain groups them as their ClusterUUIDs do)")}

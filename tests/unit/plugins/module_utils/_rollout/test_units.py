@@ -142,6 +142,37 @@ def test_no_member_is_resumed_on_another_version_than_the_others():
         assert not ({"upgraded"} & resumed and {"rolled_back"} & resumed), results
 
 
+DOMAIN_VERDICTS = [
+    # results, domain (the unit-wide IMEX domain check), culprits, actions
+    # every member upgraded and verified alone, but the domain did not come UP: every changed member is rolled back
+    ({"a": "upgraded", "b": "upgraded"}, {"b": "IMEX nodes not READY: 10.0.0.1 (DOWN)"}, ["b"], {"a": B, "b": B}),
+    ({"a": "upgraded", "b": "upgraded"}, {"a": "x", "b": "y"}, ["a", "b"], {"a": B, "b": B}),
+    # a member at the BOM already stays as it is (nothing to restore), the changed one is rolled back
+    ({"a": "upgraded", "b": "unchanged"}, {"b": "the IMEX domain is DOWN"}, ["b"], {"a": B, "b": N}),
+    # a member that failed is named once, with both reasons in play
+    ({"a": "upgraded", "b": "rolled_back"}, {"b": "z"}, ["b"], {"a": B, "b": R}),
+]
+
+
+@pytest.mark.parametrize(("results", "domain", "culprits", "actions"), DOMAIN_VERDICTS)
+def test_a_failed_domain_check_rolls_the_whole_unit_back(results, domain, culprits, actions):
+    verdict = units.unit_verdict(results, "rack r1", (), domain)
+    assert (verdict["failed"], verdict["culprits"], verdict["actions"]) == (True, culprits, actions)
+    assert filters.unit_verdict(results, "rack r1", [], domain) == verdict
+    for host in set(domain) - {h for h, r in results.items() if r == "rolled_back"}:
+        assert f"{host} {results[host]} but its IMEX domain check failed ({domain[host]})" in verdict["why"]
+
+
+def test_the_domain_check_of_a_settled_member_judges_nothing():
+    assert units.unit_verdict({"a": "upgraded", "b": "upgraded"}, "rack r1", ["b"], {"b": "old"})["failed"] is False
+
+
+@pytest.mark.parametrize(("domain", "match"), [(["b"], "must be {member: why}, got list"), ({"z": "x"}, "names z, not members of rack r1")])
+def test_unit_verdict_refuses_a_domain_that_is_not_the_units(domain, match):
+    with pytest.raises(units.UnitError, match=match):
+        units.unit_verdict({"a": "upgraded", "b": "upgraded"}, "rack r1", (), domain)
+
+
 def test_unit_verdict_filter_refuses_no_members():
     with pytest.raises(AnsibleFilterError, match=r"gpufleet\.lifecycle\.unit_verdict: unit_verdict needs the unit.s members"):
         filters.unit_verdict({})

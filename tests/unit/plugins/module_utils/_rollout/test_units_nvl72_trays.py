@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.filter.rollout_trays import nvl72_units_problem
+from ansible_collections.gpufleet.lifecycle.plugins.filter.rollout_trays import nvl72_unit_by, nvl72_units_problem
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import units
 
 A, B = "2b6e1d4a-0001-4c3e-9a53-000000000a0a", "2b6e1d4a-0001-4c3e-9a53-000000000b0b"
@@ -86,3 +86,43 @@ def test_the_filter_reads_each_hosts_facts_and_variables(hosts, unit_by, words):
 def test_the_filter_names_itself_on_bad_input():
     with pytest.raises(AnsibleFilterError, match=r"gpufleet\.lifecycle\.nvl72_units_problem: unit_by must be one host variable name"):
         nvl72_units_problem(["nvl-a01"], HOSTVARS, "not a name")
+
+
+DEFAULTS = [
+    # nodes, unit_by given, the unit_by the rollout uses
+    ({"nvl-a01": tray(A, domain="rack-a"), "nvl-a02": tray(A, domain="rack-a"), "nvl-b01": tray(B, domain="rack-b")}, None, "nvlink_domain"),
+    ({"nvl-a01": tray(A, domain="rack-a")}, "", "nvlink_domain"),
+    ({"nvl-a01": tray(A, domain=7)}, None, "nvlink_domain"),  # a number names a domain too
+    # what the user set is kept, whatever the trays
+    ({"nvl-a01": tray(A, domain="rack-a")}, "rack", "rack"),
+    ({"hgx-01": HGX}, "rack", "rack"),
+    # no tray: no units
+    ({"hgx-01": dict(HGX, nvlink_domain="x"), "l40s": NO_FABRIC}, None, ""),
+    ({}, None, ""),
+    # no default when the inventory cannot name each domain: a tray or another target without nvlink_domain, or one
+    # ClusterUUID whose trays carry two values (trays_without_units refuses, naming what to set)
+    ({"nvl-a01": tray(A, domain="rack-a"), "nvl-a02": tray(A)}, None, ""),
+    ({"nvl-a01": tray(A, domain="rack-a"), "hgx-01": HGX}, None, ""),
+    ({"nvl-a01": tray(A, domain="rack-a"), "nvl-a02": tray(A, domain="rack-b")}, None, ""),
+    ({"nvl-a01": tray(A, domain=True)}, None, ""),
+]
+
+
+@pytest.mark.parametrize(("nodes", "unit_by", "chosen"), DEFAULTS)
+def test_default_unit_by(nodes, unit_by, chosen):
+    got = units.default_unit_by(nodes, unit_by)
+    assert got["unit_by"] == chosen
+    defaulted = chosen == "nvlink_domain" and not unit_by
+    assert ("gpufleet_unit_by unset" in got["note"]) is defaulted, got
+    if defaulted:  # what the default chose holds each domain whole
+        assert units.trays_without_units({h: dict(n, unit=n["nvlink_domain"]) for h, n in nodes.items()}, chosen) == ""
+    elif not unit_by and any(n.get("multi_node") for n in nodes.values()):  # no default over trays: the refusal says what to set
+        assert "Set gpufleet_unit_by: nvlink_domain" in units.trays_without_units(nodes, "")
+
+
+def test_the_default_filter_reads_each_hosts_facts_and_inventory():
+    assert nvl72_unit_by(["nvl-a01", "nvl-a02"], HOSTVARS, None)["unit_by"] == "nvlink_domain"
+    assert nvl72_unit_by(["nvl-a01", "nvl-a02", "hgx-01"], HOSTVARS, None)["unit_by"] == ""  # hgx-01 has no nvlink_domain
+    assert nvl72_unit_by(["hgx-01", "skipped"], HOSTVARS, "")["unit_by"] == ""
+    with pytest.raises(AnsibleFilterError, match=r"gpufleet\.lifecycle\.nvl72_unit_by: unit_by must be one host variable name"):
+        nvl72_unit_by(["nvl-a01"], HOSTVARS, "not a name")
