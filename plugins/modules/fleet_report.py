@@ -60,6 +60,12 @@ options:
           - Omit it (or V(null)) when no BMC credentials are set for the node; the BOM's C(gpu_firmware), C(nvswitch_firmware),
             C(bmc_firmware) and C(bios) are then reported V(unknown) with that reason, never V(ok).
         type: dict
+      nvlink_domain:
+        description:
+          - The inventory's C(nvlink_domain) of a GB200/GB300 NVL72 compute tray, cross-checked with the ClusterUUID its GPUs
+            report (a tray whose inventory domain differs from its domain mates' is reported).
+        type: str
+        version_added: 0.2.0
   bmc_inventories:
     description:
       - The RV(gpufleet.lifecycle.bmc_inventory#module:inventories) of one M(gpufleet.lifecycle.bmc_inventory) call for the whole

@@ -12,6 +12,30 @@ SPEC=${GPUSIM_DEMO_SPEC:-tests/gpusim/specs/demo-rollout-24.yml}
 # GPUSIM_DEMO_ROLLOUT=0: the audit only (for example of tests/gpusim/specs/demo-16.yml, whose BOMs are not for a rollout).
 ROLLOUT_TOO=${GPUSIM_DEMO_ROLLOUT:-1}
 
+# What the demo does around the rollout, for demo-rollout-24.yml: the runfiles it builds, what people do on the fleet
+# before it, the rollout's variables, what it shows after. Another spec brings its own in <spec>.demo.env beside it
+# (tests/gpusim/specs/demo-nvl72.demo.env), sourced after these.
+DEMO_RUNFILE_VERSIONS="570.124.06 580.82.07"
+DEMO_ROLLOUT_SAYS="canary, soak, waves of at most 6, 2 per rack"
+DEMO_ROLLOUT_VARS='{"gpufleet_max_unavailable": "25%", "gpufleet_waves": ["25%"], "gpufleet_wave_spread_by": ["rack"],
+       "gpufleet_wave_max_per_domain": 2, "gpufleet_soak_seconds": 3, "gpufleet_wave_pause_seconds": 2,
+       "gpufleet_failure_budget": 2, "gpufleet_wave_max_fail_percentage": 50, "gpufleet_reboot_timeout": 120,
+       "gpufleet_capacity_poll_seconds": 2, "gpufleet_capacity_wait_seconds": 300, "node_maintenance_poll_interval": 1,
+       "gpu_validate_poll_interval": 1, "nvidia_driver_poll_interval": 1}'
+# A person drained l40s-09 for a repair: the rollout must keep that drain and its reason. Short jobs run on the
+# H100 nodes: their drains wait for them.
+demo_before_rollout() {
+  scontrol update nodename=l40s-09 state=drain reason="admin: PSU swap, do not resume"
+  for n in h100-01 h100-02 h100-03 h100-04 l40s-01; do sbatch -Q -w "$n" -J "demo-$n" -o /dev/null -D /tmp --wrap "sleep 8"; done
+}
+demo_after_rollout() {
+  echo "== Slurm after the rollout: l40s-09 keeps its drain"
+  sinfo -N -o "%N %T %E" | sort
+}
+DEMO_ENV=${SPEC%.yml}.demo.env
+# shellcheck source=/dev/null
+[ -f "$DEMO_ENV" ] && . "$DEMO_ENV"
+
 if [ "$(id -u)" != 0 ]; then
   echo "make demo needs root: each simulated node is a real sshd in its own Linux namespaces, with real Slurm." >&2
   echo "Run it as root (for example: sudo make demo)." >&2
@@ -43,35 +67,29 @@ cat "$REPORTS/fleet-report.md"
 
 # The rollout's artifacts: real NVIDIA-Linux-x86_64-<version>.run files with their sha256 (the installed driver's
 # is the rollback's last known good).
-RUNFILES=$("$PY" - "$WORKDIR/runfiles" <<'PYEOF'
+# shellcheck disable=SC2086  # one argument per version
+RUNFILES=$("$PY" - "$WORKDIR/runfiles" $DEMO_RUNFILE_VERSIONS <<'PYEOF'
 import json, sys
 sys.path.insert(0, "tests")
 from gpusim import artifacts
 out = {}
-for version in ("570.124.06", "580.82.07"):
+for version in sys.argv[2:]:
     path = artifacts.write_driver_runfile(sys.argv[1], version)
     out[version] = {"source": str(path), "checksum": "sha256:" + artifacts.sha256_file(path)}
 print(json.dumps({"nvidia_driver_runfiles": out}))
 PYEOF
 )
 
-# A person drained l40s-09 for a repair: the rollout must keep that drain and its reason. Short jobs run on the
-# H100 nodes: their drains wait for them.
 export SLURM_CONF=$WORKDIR/slurm/etc/slurm.conf
-scontrol update nodename=l40s-09 state=drain reason="admin: PSU swap, do not resume"
-for n in h100-01 h100-02 h100-03 h100-04 l40s-01; do sbatch -Q -w "$n" -J "demo-$n" -o /dev/null -D /tmp --wrap "sleep 8"; done
+demo_before_rollout
 
 echo
-echo "== rolling out the BOM: ansible-playbook playbooks/upgrade.yml (canary, soak, waves of at most 6, 2 per rack)"
+echo "== rolling out the BOM: ansible-playbook playbooks/upgrade.yml ($DEMO_ROLLOUT_SAYS)"
 ROLLOUT=$REPORTS/rollout
 set +e
 "$REPO/.venv/bin/ansible-playbook" -i "$WORKDIR/inventory/hosts.yml" playbooks/upgrade.yml -f 24 -e "$RUNFILES" \
   -e "gpufleet_report_dir=$ROLLOUT" -e "gpufleet_stop_file=$WORKDIR/gpufleet.stop" \
-  -e '{"gpufleet_max_unavailable": "25%", "gpufleet_waves": ["25%"], "gpufleet_wave_spread_by": ["rack"],
-       "gpufleet_wave_max_per_domain": 2, "gpufleet_soak_seconds": 3, "gpufleet_wave_pause_seconds": 2,
-       "gpufleet_failure_budget": 2, "gpufleet_wave_max_fail_percentage": 50, "gpufleet_reboot_timeout": 120,
-       "gpufleet_capacity_poll_seconds": 2, "gpufleet_capacity_wait_seconds": 300, "node_maintenance_poll_interval": 1,
-       "gpu_validate_poll_interval": 1, "nvidia_driver_poll_interval": 1}'
+  -e "$DEMO_ROLLOUT_VARS"
 rc=$?
 set -e
 
@@ -79,6 +97,5 @@ echo
 echo "== the rollout's report (also $ROLLOUT/rollout-report.html with its timeline, .json, rollout-junit.xml, nodes/*.json)"
 cat "$ROLLOUT/rollout-report.md"
 echo
-echo "== Slurm after the rollout: l40s-09 keeps its drain"
-sinfo -N -o "%N %T %E" | sort
+demo_after_rollout
 exit $rc

@@ -28,6 +28,7 @@ ARGUMENT_SPEC = dict(
             facts=dict(type="dict", default={}),
             error=dict(type="str"),
             bmc=dict(type="dict"),
+            nvlink_domain=dict(type="str"),
         ),
     ),
     secrets=dict(type="list", elements="str", default=[], no_log=True),

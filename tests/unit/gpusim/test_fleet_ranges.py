@@ -21,8 +21,10 @@ if str(TESTS) not in sys.path:
 
 from gpusim import spec  # noqa: E402
 
-# make demo's two specs share one range on purpose: make demo brings up one of them, never both, and no test runs them.
-SHARED = {frozenset({"tests/gpusim/specs/demo-16.yml", "tests/gpusim/specs/demo-rollout-24.yml"})}
+# make demo's specs share one range on purpose: make demo brings up one of them at a time (GPUSIM_DEMO_SPEC), in its own
+# workdir, and only test_fleet_e2e runs it (demo-rollout-24.yml), in a file of its own.
+_DEMOS = ("tests/gpusim/specs/demo-16.yml", "tests/gpusim/specs/demo-rollout-24.yml", "tests/gpusim/specs/demo-nvl72.yml")
+SHARED = {frozenset(pair) for pair in itertools.combinations(_DEMOS, 2)}
 INLINE_NODES = 20  # an inline spec of an integration test is assumed to hold at most this many nodes
 
 

@@ -236,3 +236,24 @@ def test_a_secret_in_the_title_or_a_host_name_is_masked_in_every_file(tmp_path, 
     for name in ("fleet-report.json", "fleet-report.md", "fleet-report.html"):
         text = (tmp_path / "reports" / name).read_text()
         assert password not in text and "audit ********" in text, name
+
+
+def test_every_record_audit_records_writes_is_accepted_by_the_module(tmp_path):
+    """The contract between playbooks/audit.yml's two halves: what the audit_records filter builds (a tray with the
+    inventory's nvlink_domain, a node whose facts failed) passes fleet_report's argument spec. The nvlink_domain key was
+    once missing there, so the audit of any inventory that names NVLink domains failed at its report."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    from ansible_collections.gpufleet.lifecycle.plugins.filter.audit import audit_records
+    from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet_task import ARGUMENT_SPEC
+
+    facts = {"ansible_facts": {"gpufleet": {"driver": {"version": "580.95.05"}, "gpus": []}}}
+    hosts = [
+        {"inventory_hostname": "nvl-a01", "gpufleet_sku": "gb200_nvl72", "nvlink_domain": "rack-a", "gpufleet_audit_gathered": facts},
+        {"inventory_hostname": "hgx-01", "gpufleet_sku": "hgx", "gpufleet_audit_gathered": facts},
+        {"inventory_hostname": "bad-01", "gpufleet_audit_gathered": {"failed": True, "msg": "nvidia-smi: garbled XML"}},
+    ]
+    records = audit_records(hosts)
+    assert [r["name"] for r in records] == ["nvl-a01", "hgx-01", "bad-01"] and records[0]["nvlink_domain"] == "rack-a"
+    checked = ArgumentSpecValidator(ARGUMENT_SPEC).validate({"nodes": records, "dest": str(tmp_path)})
+    assert checked.error_messages == []
+    assert checked.validated_parameters["nodes"][0]["nvlink_domain"] == "rack-a"
