@@ -142,7 +142,7 @@ def test_audit_of_a_bmc_that_does_not_answer_says_unknown_with_the_reason(fleet,
 
 
 def test_make_demo_audits_then_rolls_out_with_one_rollback():
-    """`make demo` (its own 24-node fleet on 127.0.30.x): the audit, then the rollout: l40s-03 (an Xid 79 once the new
+    """`make demo` (its own 24-node fleet on 127.0.30.x): the audit (h100-07's OFED drift among the stack), then the rollout: l40s-03 (an Xid 79 once the new
     driver loads) rolled back and validated, l40s-09 (a person's drain) skipped with its drain kept, no node left drained
     by the rollout, every node's evidence written."""
     started = time.monotonic()
@@ -150,6 +150,13 @@ def test_make_demo_audits_then_rolls_out_with_one_rollback():
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-4000:]
     assert "== the audit's report" in done.stdout and "== the rollout's report" in done.stdout
+    # The audit read each H100's stack against its BOM's OFED (issue 24): h100-07 runs an older DOCA-OFED release.
+    audit = json.loads((REPO / "reports" / "demo" / "fleet-report.json").read_text())
+    ofed = {node["name"]: [i for i in node.get("items", []) if i.get("component") == "ofed"] for node in audit["nodes"]}
+    assert [(i["status"], i["installed"], i["wanted"]) for i in ofed["h100-07"]] == [("drift", "doca-ofed 24.04-0.6.6",
+                                                                                         "doca-ofed 24.10-1.1.4.0.200")], ofed["h100-07"]
+    assert all([i["status"] for i in ofed[n]] == ["ok"] for n in ofed if n.startswith("h100-") and n != "h100-07"), ofed
+    assert all(ofed[n] == [] for n in ofed if n.startswith("l40s-")), ofed  # their BOM names no stack
     rollout = REPO / "reports" / "demo" / "rollout"
     report = json.loads((rollout / "rollout-report.json").read_text())
     results = {node["node"]: node["result"] for node in report["nodes"]}
