@@ -343,7 +343,7 @@ def plan_waves(hosts, hostvars=None, waves=None, canary=None, canary_count=1, sp
         per = 1
     else:
         per = whole_count(max_per_domain, "max_per_domain")
-        if not names:
+        if not names and per != 1:  # 1 is the default the rollout always passes: a note on every plan was noise
             notes.append("max_per_domain has no effect without spread_by")
     budget, cap = _cap(max_unavailable, pool_size, unavailable, len(hosts), notes, gates)
     domains = _domains(hosts, hostvars, names)

@@ -309,3 +309,11 @@ class FailingVars(dict):
 def test_a_variable_that_cannot_be_templated_names_the_host_and_the_variable():
     with pytest.raises(AnsibleFilterError, match=r"host b: the spread_by variable rack cannot be read: 'no_such_var' is undefined"):
         wave_plan(["a", "b"], {"a": {"rack": "r1"}, "b": FailingVars(rack="{{ no_such_var }}")}, spread_by=["rack"])
+
+
+@pytest.mark.parametrize(("max_per_domain", "noted"), [(None, False), (1, False), (2, True), ("3", True)])
+def test_max_per_domain_without_spread_by_is_noted_only_when_it_is_not_the_default(max_per_domain, noted):
+    """The rollout passes max_per_domain 1 (its default) on every plan: only another value without spread_by is worth a note."""
+    hosts, hostvars = fleet(4)
+    plan = wave_plan(hosts, hostvars, waves=["100%"], max_per_domain=max_per_domain)
+    assert ("max_per_domain has no effect without spread_by" in plan["notes"]) is noted, plan["notes"]
