@@ -153,8 +153,8 @@ def test_make_demo_audits_then_rolls_out_with_one_rollback():
     # The audit read each H100's stack against its BOM's OFED (issue 24): h100-07 runs an older DOCA-OFED release.
     audit = json.loads((REPO / "reports" / "demo" / "fleet-report.json").read_text())
     ofed = {node["name"]: [i for i in node.get("items", []) if i.get("component") == "ofed"] for node in audit["nodes"]}
-    assert [(i["status"], i["installed"], i["wanted"]) for i in ofed["h100-07"]] == [("drift", "doca-ofed 24.04-0.6.6",
-                                                                                         "doca-ofed 24.10-1.1.4.0.200")], ofed["h100-07"]
+    drift = [("drift", "doca-ofed 24.04-0.6.6", "doca-ofed 24.10-1.1.4.0.200")]
+    assert [(i["status"], i["installed"], i["wanted"]) for i in ofed["h100-07"]] == drift, ofed["h100-07"]
     assert all([i["status"] for i in ofed[n]] == ["ok"] for n in ofed if n.startswith("h100-") and n != "h100-07"), ofed
     assert all(ofed[n] == [] for n in ofed if n.startswith("l40s-")), ofed  # their BOM names no stack
     rollout = REPO / "reports" / "demo" / "rollout"
