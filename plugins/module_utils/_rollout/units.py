@@ -207,6 +207,15 @@ def _domain_name(cluster_uuid, trays, unit_values):
     return f"NVLink domain {cluster_uuid}" + (f" (nvlink_domain {', '.join(named)})" if named else "") + f": {', '.join(trays)}"
 
 
+def _tray_domains(nodes):
+    """``OrderedDict{cluster_uuid: [trays]}``: the NVL72 compute trays of ``nodes`` (a non-zero ClusterUUID), by NVLink domain."""
+    domains = OrderedDict()
+    for host, node in nodes.items():
+        if node.get("multi_node") is True and node.get("cluster_uuid"):
+            domains.setdefault(node["cluster_uuid"], []).append(host)
+    return domains
+
+
 def trays_without_units(nodes, unit_by):
     """Why this rollout cannot change these NVL72 compute trays as planned ('' when it can).
 
@@ -220,10 +229,7 @@ def trays_without_units(nodes, unit_by):
         raise UnitError(f"trays_without_units needs {{host: facts}}, got {type(nodes).__name__}", argument="nodes")
     unit_by = unit_variable(unit_by)
     nodes = {host: node or {} for host, node in nodes.items()}
-    domains = OrderedDict()
-    for host, node in nodes.items():
-        if node.get("multi_node") is True and node.get("cluster_uuid"):
-            domains.setdefault(node["cluster_uuid"], []).append(host)
+    domains = _tray_domains(nodes)
     if not domains:
         return ""
     why = ("a driver cannot be mixed within an NVLink domain (each tray's nvidia-imex refuses to talk to trays on another "
@@ -262,10 +268,7 @@ def default_unit_by(nodes, unit_by):
     if unit_by:
         return {"unit_by": unit_by, "note": ""}
     nodes = {host: node or {} for host, node in nodes.items()}
-    domains = OrderedDict()
-    for host, node in nodes.items():
-        if node.get("multi_node") is True and node.get("cluster_uuid"):
-            domains.setdefault(node["cluster_uuid"], []).append(host)
+    domains = _tray_domains(nodes)
     if not domains:
         return {"unit_by": "", "note": ""}
     values = {host: node.get("nvlink_domain") for host, node in nodes.items()}
