@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet import report_facts
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_fleet = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._report.fleet")
 
 
 def _text(value):
@@ -86,7 +88,7 @@ def audit_records(hosts, registered="gpufleet_audit_gathered"):
             continue
         if isinstance(facts, Mapping) and not result.get("failed_when_result") and not result.get("failed"):
             # The facts the report reads: the task that writes it carries every node's record (a tenth of its facts).
-            record = {"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": report_facts(facts)}
+            record = {"name": name, "sku": sku, "bom": host.get("gpufleet_bom") or {}, "facts": _fleet.report_facts(facts)}
             if host.get("nvlink_domain") is not None:  # the inventory's NVLink domain, cross-checked with the ClusterUUID
                 record["nvlink_domain"] = _text(host.get("nvlink_domain"))
             records.append(record)

@@ -10,26 +10,27 @@ are in plugins/module_utils/_compat.py and _compat_data.py, shared with the modu
 
 from __future__ import annotations
 
-import functools
-
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _compat
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_compat = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._compat")
 
 _PREFIX = "gpufleet.lifecycle."
 
 
 def _filter(name, function):
-    """Wrap a _compat function so that its CompatError names the filter's full name."""
+    """Wrap a _compat function (or its name in _compat, looked up when the filter runs: lazy_module) so that its
+    CompatError names the filter's full name."""
 
-    @functools.wraps(function)
     def wrapper(*args, **kwargs):
         try:
-            return function(*args, **kwargs)
+            return (getattr(_compat, function) if isinstance(function, str) else function)(*args, **kwargs)
         except _compat.CompatError as exc:
             raise AnsibleFilterError(f"{_PREFIX}{name}: {exc}") from exc
         except TypeError as exc:  # wrong number or names of arguments in the template
             raise AnsibleFilterError(f"{_PREFIX}{name}: {exc}") from exc
 
+    wrapper.__name__ = wrapper.__qualname__ = name
     return wrapper
 
 
@@ -39,15 +40,15 @@ def bom_violations(bom, gpu_names, cuda_versions, today=None, compat="toolkit", 
 
 
 _FILTERS = {
-    "cuda_min_driver": _compat.cuda_min_driver,
-    "driver_supports_cuda": _compat.driver_supports_cuda,
-    "max_cuda_for_driver": _compat.max_cuda_for_driver,
-    "driver_branch": _compat.driver_branch,
-    "branch_info": _compat.branch_info,
-    "gpu_compute_capability": _compat.gpu_compute_capability,
-    "gpu_architecture": _compat.gpu_architecture,
-    "driver_supports_gpu": _compat.driver_supports_gpu,
-    "cuda_supports_gpu": _compat.cuda_supports_gpu,
+    "cuda_min_driver": "cuda_min_driver",
+    "driver_supports_cuda": "driver_supports_cuda",
+    "max_cuda_for_driver": "max_cuda_for_driver",
+    "driver_branch": "driver_branch",
+    "branch_info": "branch_info",
+    "gpu_compute_capability": "gpu_compute_capability",
+    "gpu_architecture": "gpu_architecture",
+    "driver_supports_gpu": "driver_supports_gpu",
+    "cuda_supports_gpu": "cuda_supports_gpu",
     "bom_violations": bom_violations,
 }
 

@@ -11,14 +11,16 @@ plugins/module_utils/_firmware/rollback.py.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware.rollback import RollbackError, preflight_problem, rollback_target
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_rollback = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._firmware.rollback")
 
 
 def gpu_firmware_rollback_target(state, packages=None, package="", checksum=""):
     """The package a GPU firmware rollback flashes: looked up by the node's version in the controller's packages."""
     try:
-        return rollback_target(state, packages=packages, package=package, checksum=checksum)
-    except RollbackError as exc:
+        return _rollback.rollback_target(state, packages=packages, package=package, checksum=checksum)
+    except _rollback.RollbackError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.gpu_firmware_rollback_target: {exc}") from exc
 
 
@@ -27,8 +29,8 @@ def gpu_firmware_rollback_problem(nodes):
     if not isinstance(nodes, (list, tuple)) or not all(isinstance(node, dict) for node in nodes):
         raise AnsibleFilterError("gpufleet.lifecycle.gpu_firmware_rollback_problem: the input must be a list of {node, version, packages, package, checksum}")
     try:
-        return preflight_problem(nodes)
-    except RollbackError as exc:
+        return _rollback.preflight_problem(nodes)
+    except _rollback.RollbackError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.gpu_firmware_rollback_problem: {exc}") from exc
 
 

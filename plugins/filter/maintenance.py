@@ -11,24 +11,26 @@ plugins/module_utils/_maintenance/slurm.py (a Slurm reboot that never starts, th
 
 from __future__ import annotations
 
-import functools
-
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance import kubernetes, slurm
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+kubernetes = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.kubernetes")
+slurm = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._maintenance.slurm")
 
 _PREFIX = "gpufleet.lifecycle."
 
 
-def _filter(name, function):
-    """Wrap a decision so that its errors name the filter's full name."""
+def _filter(name, module, function):
+    """Wrap a decision (function, by name, of module: looked up when the filter runs, lazy_module) so that its errors name
+    the filter's full name."""
 
-    @functools.wraps(function)
     def wrapper(*args, **kwargs):
         try:
-            return function(*args, **kwargs)
+            return getattr(module, function)(*args, **kwargs)
         except (kubernetes.KubernetesMaintenanceError, slurm.SlurmArgumentError, TypeError) as exc:
             raise AnsibleFilterError(f"{_PREFIX}{name}: {exc}") from exc
 
+    wrapper.__name__ = wrapper.__qualname__ = name
     return wrapper
 
 
@@ -37,10 +39,10 @@ class FilterModule:
 
     def filters(self):
         return {
-            "k8s_cordon_plan": _filter("k8s_cordon_plan", kubernetes.cordon_plan),
-            "k8s_uncordon_plan": _filter("k8s_uncordon_plan", kubernetes.uncordon_plan),
-            "k8s_drain_blockers": _filter("k8s_drain_blockers", kubernetes.drain_blockers),
-            "k8s_drain_outcome": _filter("k8s_drain_outcome", kubernetes.drain_outcome),
-            "slurm_reboot_next": _filter("slurm_reboot_next", slurm.reboot_next),
-            "slurm_scancel_ids": _filter("slurm_scancel_ids", slurm.scancel_ids),
+            "k8s_cordon_plan": _filter("k8s_cordon_plan", kubernetes, "cordon_plan"),
+            "k8s_uncordon_plan": _filter("k8s_uncordon_plan", kubernetes, "uncordon_plan"),
+            "k8s_drain_blockers": _filter("k8s_drain_blockers", kubernetes, "drain_blockers"),
+            "k8s_drain_outcome": _filter("k8s_drain_outcome", kubernetes, "drain_outcome"),
+            "slurm_reboot_next": _filter("slurm_reboot_next", slurm, "reboot_next"),
+            "slurm_scancel_ids": _filter("slurm_scancel_ids", slurm, "scancel_ids"),
         }

@@ -11,15 +11,17 @@ Documentation in the adjacent YAML file of each filter; the logic is in plugins/
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import imex as _imex
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers import procfs as _procfs
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common import ParseError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_imex = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.imex")
+_procfs = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers.procfs")
+_parse = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._parsers._common")
 
 
 def _call(name, func, *args, **kwargs):
     try:
         return func(*args, **kwargs)
-    except (_imex.ImexError, ParseError) as exc:
+    except (_imex.ImexError, _parse.ParseError) as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.{name}: {exc}") from exc
 
 

@@ -10,7 +10,9 @@ Documentation in the adjacent YAML file of each; the logic is in plugins/module_
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver import secureboot as _secureboot
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_secureboot = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.secureboot")
 
 
 def driver_secure_boot_mode(bom):

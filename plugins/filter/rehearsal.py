@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rehearsal.convert import RehearsalError, audit_to_spec
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_convert_mod = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rehearsal.convert")
 
 
 def _plain(value):
@@ -60,8 +62,8 @@ def _convert(report, filter_name, hostvars=None, copy_vars=(), **kwargs):
                                  f"options: hostvars, copy_vars, {', '.join(OPTIONS)}")
     try:
         host_vars = _host_vars(report, hostvars, list(copy_vars) if isinstance(copy_vars, (list, tuple)) else copy_vars, filter_name)
-        return audit_to_spec(_plain(report), host_vars=host_vars, **{k: _plain(v) for k, v in kwargs.items()})
-    except RehearsalError as exc:
+        return _convert_mod.audit_to_spec(_plain(report), host_vars=host_vars, **{k: _plain(v) for k, v in kwargs.items()})
+    except _convert_mod.RehearsalError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.{filter_name}: {exc}") from exc
 
 

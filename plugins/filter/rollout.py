@@ -14,29 +14,30 @@ import functools
 
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import stopfile as _stopfile
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import variables as _variables
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import BudgetError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget import max_unavailable_count as _max_unavailable_count
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.plan import plan_waves
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_stopfile = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.stopfile")
+_variables = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.variables")
+_budget = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.budget")
+_plan = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.plan")
 
 
 def wave_plan(hosts, hostvars=None, waves=None, canary=None, canary_count=1, spread_by=None, max_per_domain=None,
               max_unavailable=None, pool_size=None, unavailable=0, gates=False, unit_by=None, unit_skipped=None):
     """The rollout's canary and waves: bounded by the budget, at most max_per_domain hosts of one domain per wave (or gates)."""
     try:
-        return plan_waves(hosts, hostvars, waves=waves, canary=canary, canary_count=canary_count, spread_by=spread_by,
+        return _plan.plan_waves(hosts, hostvars, waves=waves, canary=canary, canary_count=canary_count, spread_by=spread_by,
                           max_per_domain=max_per_domain, max_unavailable=max_unavailable, pool_size=pool_size, unavailable=unavailable,
                           gates=gates, unit_by=unit_by, unit_skipped=unit_skipped)
-    except BudgetError as exc:
+    except _budget.BudgetError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.wave_plan: {exc}") from exc
 
 
 def max_unavailable_count(spec, pool_size):
     """How many nodes of a pool may be unavailable at once: 4 -> 4, "10%" of 37 -> 3 (floor, at least 1)."""
     try:
-        return _max_unavailable_count(spec, pool_size)
-    except BudgetError as exc:
+        return _budget.max_unavailable_count(spec, pool_size)
+    except _budget.BudgetError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.max_unavailable_count: {exc}") from exc
 
 

@@ -11,7 +11,9 @@ Documentation in the adjacent YAML file of each filter; the logic is in plugins/
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import components as _components
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_components = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.components")
 
 
 def _call(name, func, *args):

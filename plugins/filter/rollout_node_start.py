@@ -10,7 +10,9 @@ Documentation in the adjacent rollout_node_start.yml; the logic is in plugins/mo
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import node_start as _node_start
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_node_start = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.node_start")
 
 
 def rollout_node_start(read, rollout_id, run_nonce, slurm_name, unavailable=None, baseline=None):

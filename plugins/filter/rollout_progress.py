@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import clock as _clock
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import progress as _progress
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_clock = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.clock")
+_progress = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.progress")
 
 # The rollout role's registered rollout_state results that hold the node's section, latest first when equally recent.
 _SECTIONS = ("__rollout_finish", "__rollout_phase_result", "__rollout_read")

@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import record as _record
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_record = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.record")
 
 # The rollout role's facts of a target that its record is built from when the target gave no answer in the last play.
 _LOST_FACTS = ("rollout_result", "__rollout_settled", "__rollout_before", "__rollout_rollback", "__rollout_drain", "__rollout_skip_reason",

@@ -12,7 +12,9 @@ units.default_unit_by
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import units as _units
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_units = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.units")
 
 
 def _get(mapping, key):

@@ -11,7 +11,9 @@ come from gpufleet.lifecycle.wave_plan with unit_by).
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import units as _units
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_units = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.units")
 
 
 def unit_verdict(results, unit="the unit", settled=None, domain=None):

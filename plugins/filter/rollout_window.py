@@ -11,7 +11,9 @@ plugins/module_utils/_rollout/window.py.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout import window as _window
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._lazy import lazy_module
+
+_window = lazy_module("ansible_collections.gpufleet.lifecycle.plugins.module_utils._rollout.window")
 
 
 def admission_order(hosts, job_ends=None, held=None, names=None):
