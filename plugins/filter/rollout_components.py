@@ -29,6 +29,11 @@ def _host(name, host):
     return host
 
 
+def components_in_bom(components, bom):
+    """The components of gpufleet_components that the node's BOM names (docs: components_in_bom.yml)."""
+    return _call("components_in_bom", _components.in_bom, components, bom)
+
+
 def components_to_change(components, host):
     """The components whose plan entry point said they need a change (<role>_needs_change), in the given order."""
     return _call("components_to_change", _components.to_change, components, _host("components_to_change", host))
@@ -66,6 +71,6 @@ class FilterModule:
     """gpufleet.lifecycle rollout component filters."""
 
     def filters(self):
-        return {"components_to_change": components_to_change, "component_activations": component_activations,
+        return {"components_in_bom": components_in_bom, "components_to_change": components_to_change, "component_activations": component_activations,
                 "strongest_activation": strongest_activation, "components_to_verify": components_to_verify,
                 "component_next_phase": component_next_phase, "record_versions": record_versions}

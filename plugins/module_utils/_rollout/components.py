@@ -57,6 +57,29 @@ def _as_bool(value):
     return False
 
 
+def in_bom(components, bom):
+    """The components (in the given order) that the node's BOM names, so that the rollout plans them: ``ofed`` where
+    ``stack.ofed`` names a flavor other than ``inbox``, ``nic_firmware`` where ``nic_firmware`` has a PSID, ``gpu_firmware``
+    where ``gpu_firmware.package`` is set, ``nvidia_driver`` where ``driver.version`` is set. A component the BOM does not
+    name is left alone on that node (another SKU's BOM may name it)."""
+    for name in components or []:
+        _component(name)
+    bom = bom if isinstance(bom, Mapping) else {}
+
+    def part(value, key):
+        value = value.get(key) if isinstance(value, Mapping) else None
+        return value if isinstance(value, Mapping) else {}
+
+    ofed_flavor = part(part(bom, "stack"), "ofed").get("flavor")
+    named = {
+        "ofed": isinstance(ofed_flavor, str) and ofed_flavor.strip() not in ("", "inbox"),
+        "nic_firmware": len(part(bom, "nic_firmware")) > 0,
+        "gpu_firmware": bool(part(bom, "gpu_firmware").get("package")),
+        "nvidia_driver": bool(part(bom, "driver").get("version")),
+    }
+    return [name for name in components or [] if named[name]]
+
+
 def to_change(components, host):
     """The components (in the given order) whose plan entry set ``<role>_needs_change`` true in ``host`` (its hostvars)."""
     return [name for name in components or [] if _as_bool(host.get(_component(name)["needs_change"], False))]

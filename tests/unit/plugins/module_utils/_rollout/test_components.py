@@ -28,6 +28,40 @@ def test_components_to_change(host, expected):
     assert c.to_change(ALL, host) == expected
 
 
+STACK = ["ofed", "nic_firmware", "gpu_firmware", "nvidia_driver"]
+DRIVER = {"driver": {"version": "580.95.05"}}
+
+
+@pytest.mark.parametrize(
+    ("bom", "expected"),
+    [
+        ({}, []),
+        (None, []),  # no BOM on the node: nothing planned there
+        (DRIVER, ["nvidia_driver"]),
+        # issue 24: gpufleet_components [ofed, ...] planned nothing for OFED (the selection knew three components only)
+        ({**DRIVER, "stack": {"ofed": {"flavor": "mlnx-ofed", "version": "24.10-1.1.4.0"}}}, ["ofed", "nvidia_driver"]),
+        ({**DRIVER, "stack": {"ofed": {"flavor": "doca-ofed", "version": "24.10-1.1.4.0.200"}}}, ["ofed", "nvidia_driver"]),
+        ({**DRIVER, "stack": {"ofed": {"flavor": "inbox"}}}, ["nvidia_driver"]),  # the inbox stack: the ofed role changes nothing
+        ({**DRIVER, "stack": {"ofed": {"flavor": ""}}}, ["nvidia_driver"]),
+        ({**DRIVER, "stack": {"peermem": True}}, ["nvidia_driver"]),  # a stack without ofed
+        ({**DRIVER, "stack": "mlnx-ofed"}, ["nvidia_driver"]),  # not a mapping: nothing read from it (the BOM check refuses it)
+        ({"nic_firmware": {"MT_0000000838": "28.43.2026"}, "gpu_firmware": {"package": "hgx.fwpkg"}, **DRIVER},
+         ["nic_firmware", "gpu_firmware", "nvidia_driver"]),
+        ({"nic_firmware": {}, "gpu_firmware": {"package": ""}, "driver": {"version": ""}}, []),
+    ],
+)
+def test_components_in_bom(bom, expected):
+    assert c.in_bom(STACK, bom) == expected
+
+
+def test_components_in_bom_keep_the_order_given_and_only_those_given():
+    bom = {**DRIVER, "stack": {"ofed": {"flavor": "mlnx-ofed", "version": "24.10-1.1.4.0"}}}
+    assert c.in_bom(["nvidia_driver", "ofed"], bom) == ["nvidia_driver", "ofed"]
+    assert c.in_bom(["nvidia_driver"], bom) == ["nvidia_driver"]  # ofed not in gpufleet_components: left alone
+    with pytest.raises(c.ComponentError, match=r"'bios' is not a component role"):
+        c.in_bom(["nvidia_driver", "bios"], bom)
+
+
 def test_components_to_change_keeps_the_order_given():
     host = {"nvidia_driver_needs_change": True, "nic_firmware_needs_change": True}
     assert c.to_change(["nvidia_driver", "nic_firmware"], host) == ["nvidia_driver", "nic_firmware"]
@@ -168,6 +202,7 @@ def test_filters_answer_as_the_functions_do():
     assert FILTERS["strongest_activation"](["none"], ["reboot"]) == "reboot"  # the rollback's extra reboot
     assert FILTERS["components_to_verify"](changed, host, "power_cycle") == changed
     assert FILTERS["component_next_phase"](changed) == "gpu_firmware"
+    assert FILTERS["components_in_bom"](STACK, {**DRIVER, "stack": {"ofed": {"flavor": "doca-ofed"}}}) == ["ofed", "nvidia_driver"]
     assert FILTERS["record_versions"]({"driver": {"version": "580.95.05"}})["driver"] == "580.95.05"
 
 
@@ -175,6 +210,7 @@ def test_filters_answer_as_the_functions_do():
     ("name", "args", "words"),
     [
         ("components_to_change", (["bmc"], {}), "gpufleet.lifecycle.components_to_change: 'bmc' is not a component role"),
+        ("components_in_bom", (["bmc"], {}), "gpufleet.lifecycle.components_in_bom: 'bmc' is not a component role"),
         ("components_to_change", (ALL, "gpu-01"), "gpufleet.lifecycle.components_to_change: the node's variables must be a mapping"),
         ("component_activations", (["nvidia_driver"], {"nvidia_driver_activation_pending": "later"}),
          "gpufleet.lifecycle.component_activations: the role nvidia_driver asked for the activation 'later'"),

@@ -1,0 +1,77 @@
+"""playbooks/upgrade.yml with OFED and the driver as one stack (issue 24), on 2 simulated nodes over real SSH and Slurm.
+
+The fleet (tests/fixtures/rollout/fleet-stack.yml, 127.0.36.x, slurmctld on 18900): PCIe L40S nodes with ConnectX-7 NICs
+on MLNX_OFED 24.04 and driver 570.124.06 (DKMS; nvidia_peermem built against that OFED), rolled out with
+gpufleet_components [ofed, nvidia_driver] to the BOM's OFED 24.10 and driver 580.95.05, whose stack wants nvidia_peermem.
+The canary (stack-01) is upgraded: OFED installed without its firmware updater (the NICs keep their firmware), the
+driver built after it, so nvidia_peermem resolves the new OFED's symbols and loads. stack-02 loses a GPU (Xid 79) on
+the new driver: its rollback restores the driver and OFED together, and nvidia_peermem is rebuilt against the restored
+OFED (built against 24.10 it would refuse to load on 24.04: Unknown symbol ib_register_peer_memory_client), so the node
+validates with peermem loaded and goes back into service.
+Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
+    .venv/bin/python -m pytest tests/integration/test_rollout_stack.py -m integration -q
+"""
+
+from __future__ import annotations
+
+import pytest
+from fleet import TESTS, fleet_up, needs_fleet
+from gpusim import artifacts
+from gpusim import ofed as sim_ofed
+from rollout_helpers import NEW, OLD, RolloutFleet, failures, report_json, write_runfiles
+
+SPEC = TESTS / "fixtures" / "rollout" / "fleet-stack.yml"
+OFED_OLD, OFED_NEW = "24.04-0.6.6", "24.10-1.1.4.0"
+NIC_FW = "28.39.1002"
+
+pytestmark = needs_fleet()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rollout-stack")
+    runfiles = write_runfiles(base / "runfiles", (OLD, NEW))
+    bundles = {}
+    for version in (OFED_OLD, OFED_NEW):
+        path = sim_ofed.write_bundle(base / "bundles", version)
+        bundles[version] = {"path": str(path), "checksum": "sha256:" + artifacts.sha256_file(path)}
+    with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
+        fleet = RolloutFleet(workdir, runfiles)
+        fleet.ofed = {"ofed_bundles": bundles, "ofed_bundle_dir": str(base / "ofed-work")}
+        yield fleet
+
+
+@pytest.fixture(scope="module")
+def rollout(fleet, tmp_path_factory):
+    out = tmp_path_factory.mktemp("stack")
+    fleet.fault("stack-02", "xid79", gpu=1, when="upgrade")
+    done = fleet.upgrade(out / "report", gpufleet_components=["ofed", "nvidia_driver"], gpufleet_max_unavailable=1, gpufleet_waves=[1],
+                         gpufleet_failure_budget=1, **fleet.ofed)
+    (out / "upgrade.log").write_text(done.stdout + done.stderr)  # for a failing test's reader
+    return {"run": done, "report": out / "report"}
+
+
+def stack(fleet, name):
+    node = fleet.sim(name)
+    return {"driver": node["driver"]["version"], "ofed": node["stack"]["ofed"]["version"], "ofed_loaded": node["stack"]["ofed"]["loaded"],
+            "peermem_built_for": node["driver"]["peermem_ofed"], "peermem_loaded": "nvidia_peermem" in node["modules"],
+            "nic_fw": sorted({nic["fw"] for nic in node["nics"]})}
+
+
+def test_the_canary_runs_the_new_stack_with_peermem_loaded_against_it(fleet, rollout):
+    record = {r["node"]: r for r in report_json(rollout["report"])["nodes"]}
+    assert record["stack-01"]["wave"] == 0 and record["stack-01"]["result"] == "upgraded", (record["stack-01"], failures(rollout["run"].stdout))
+    assert stack(fleet, "stack-01") == {"driver": NEW, "ofed": OFED_NEW, "ofed_loaded": OFED_NEW, "peermem_built_for": f"mlnx-ofed-{OFED_NEW}",
+                                        "peermem_loaded": True, "nic_fw": [NIC_FW]}
+    phases = [p["name"] for p in fleet.phases("stack-01") if p["status"] == "ok"]
+    assert phases.index("ofed") < phases.index("driver") < phases.index("activate"), phases  # OFED first: peermem builds against it
+
+
+def test_a_failed_node_gets_its_whole_stack_back_with_peermem_rebuilt_for_it(fleet, rollout):
+    record = next(r for r in report_json(rollout["report"])["nodes"] if r["node"] == "stack-02")
+    assert record["result"] == "rolled_back" and record["rollback"]["result"] == "validated", (record, failures(rollout["run"].stdout))
+    assert stack(fleet, "stack-02") == {"driver": OLD, "ofed": OFED_OLD, "ofed_loaded": OFED_OLD, "peermem_built_for": f"mlnx-ofed-{OFED_OLD}",
+                                        "peermem_loaded": True, "nic_fw": [NIC_FW]}
+    rollback = [p for p in fleet.phases("stack-02") if p["name"] == "rollback"]
+    assert [p["status"] for p in rollback] == ["ok"] and "restored ofed, nvidia_driver" in rollback[-1]["detail"], rollback
+    assert "DRAIN" not in fleet.node("stack-02")["state"], fleet.node("stack-02")  # validated, back in service
