@@ -1,6 +1,6 @@
 """playbooks/upgrade.yml with OFED and the driver as one stack (issue 24), on 2 simulated nodes over real SSH and Slurm.
 
-The fleet (tests/fixtures/rollout/fleet-stack.yml, 127.0.36.x, slurmctld on 18900): PCIe L40S nodes with ConnectX-7 NICs
+The fleet (tests/fixtures/rollout/fleet-stack.yml, 127.0.56.x, slurmctld on 19000): PCIe L40S nodes with ConnectX-7 NICs
 on MLNX_OFED 24.04 and driver 570.124.06 (DKMS; nvidia_peermem built against that OFED), rolled out with
 gpufleet_components [ofed, nvidia_driver] to the BOM's OFED 24.10 and driver 580.95.05, whose stack wants nvidia_peermem.
 The canary (stack-01) is upgraded: OFED installed without its firmware updater (the NICs keep their firmware), the
