@@ -27,8 +27,8 @@ def wave_plan(hosts, hostvars=None, waves=None, canary=None, canary_count=1, spr
     """The rollout's canary and waves: bounded by the budget, at most max_per_domain hosts of one domain per wave (or gates)."""
     try:
         return _plan.plan_waves(hosts, hostvars, waves=waves, canary=canary, canary_count=canary_count, spread_by=spread_by,
-                          max_per_domain=max_per_domain, max_unavailable=max_unavailable, pool_size=pool_size, unavailable=unavailable,
-                          gates=gates, unit_by=unit_by, unit_skipped=unit_skipped)
+                                max_per_domain=max_per_domain, max_unavailable=max_unavailable, pool_size=pool_size,
+                                unavailable=unavailable, gates=gates, unit_by=unit_by, unit_skipped=unit_skipped)
     except _budget.BudgetError as exc:
         raise AnsibleFilterError(f"gpufleet.lifecycle.wave_plan: {exc}") from exc
 
