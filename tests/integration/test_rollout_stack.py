@@ -63,6 +63,10 @@ def test_the_canary_runs_the_new_stack_with_peermem_loaded_against_it(fleet, rol
     assert record["stack-01"]["wave"] == 0 and record["stack-01"]["result"] == "upgraded", (record["stack-01"], failures(rollout["run"].stdout))
     assert stack(fleet, "stack-01") == {"driver": NEW, "ofed": OFED_NEW, "ofed_loaded": OFED_NEW, "peermem_built_for": f"mlnx-ofed-{OFED_NEW}",
                                         "peermem_loaded": True, "nic_fw": [NIC_FW]}
+    # The record tells the OFED change as it tells the driver's.
+    versions = (record["stack-01"]["before"], record["stack-01"]["after"])
+    assert [(v["driver"], v["ofed"]) for v in versions] == [(OLD, f"mlnx-ofed {OFED_OLD}"), (NEW, f"mlnx-ofed {OFED_NEW}")], versions
+    assert f"ofed mlnx-ofed {OFED_OLD} → mlnx-ofed {OFED_NEW}" in (rollout["report"] / "rollout-report.md").read_text()
     phases = [p["name"] for p in fleet.phases("stack-01") if p["status"] == "ok"]
     assert phases.index("ofed") < phases.index("driver") < phases.index("activate"), phases  # OFED first: peermem builds against it
 
@@ -72,6 +76,7 @@ def test_a_failed_node_gets_its_whole_stack_back_with_peermem_rebuilt_for_it(fle
     assert record["result"] == "rolled_back" and record["rollback"]["result"] == "validated", (record, failures(rollout["run"].stdout))
     assert stack(fleet, "stack-02") == {"driver": OLD, "ofed": OFED_OLD, "ofed_loaded": OFED_OLD, "peermem_built_for": f"mlnx-ofed-{OFED_OLD}",
                                         "peermem_loaded": True, "nic_fw": [NIC_FW]}
+    assert record["after"]["ofed"] == record["before"]["ofed"] == f"mlnx-ofed {OFED_OLD}", record
     rollback = [p for p in fleet.phases("stack-02") if p["name"] == "rollback"]
     assert [p["status"] for p in rollback] == ["ok"] and "restored ofed, nvidia_driver" in rollback[-1]["detail"], rollback
     assert "DRAIN" not in fleet.node("stack-02")["state"], fleet.node("stack-02")  # validated, back in service

@@ -137,7 +137,8 @@ def next_phase(changed, after=None):
 
 def record_versions(facts, gpu_firmware=None):
     """The versions a node's record shows, from a gpu_facts result (``ansible_facts.gpufleet``): driver, fabric manager, the GPU
-    firmware given, and each NIC PSID's firmware (the distinct versions of its ports, joined by ``/``)."""
+    firmware given, each NIC PSID's firmware (the distinct versions of its ports, joined by ``/``), and OFED where the
+    result has the stack subset."""
     facts = facts if isinstance(facts, Mapping) else {}
     nics = {}
     for nic in facts.get("nics") or []:
@@ -151,5 +152,12 @@ def record_versions(facts, gpu_firmware=None):
         part = facts.get(key)
         return part.get("version") if isinstance(part, Mapping) else None
 
-    return {"driver": version_of("driver"), "fabricmanager": version_of("fabricmanager"), "gpu_firmware": gpu_firmware,
-            "nic_firmware": {psid: "/".join(str(v) for v in versions) for psid, versions in nics.items()}}
+    versions = {"driver": version_of("driver"), "fabricmanager": version_of("fabricmanager"), "gpu_firmware": gpu_firmware,
+                "nic_firmware": {psid: "/".join(str(v) for v in versions) for psid, versions in nics.items()}}
+    # OFED where the read had the stack (the rollout reads it where ofed is a component): "<flavor> <release>", or the
+    # inbox stack by name, so that an OFED change shows in the record as the driver's does.
+    stack = facts.get("stack")
+    ofed = stack.get("ofed") if isinstance(stack, Mapping) else None
+    if isinstance(ofed, Mapping) and ofed.get("flavor"):
+        versions["ofed"] = f"{ofed['flavor']} {ofed['version']}" if ofed.get("version") else str(ofed["flavor"])
+    return versions

@@ -183,6 +183,13 @@ NIC_A = {"psid": "MT_0000000359", "fw_current": "22.43.1014"}
         ({"nics": [{"fw_current": "1"}, "x", NIC_A]}, None,
          {"driver": None, "fabricmanager": None, "gpu_firmware": None, "nic_firmware": {"MT_0000000359": "22.43.1014"}}),
         (None, None, {"driver": None, "fabricmanager": None, "gpu_firmware": None, "nic_firmware": {}}),
+        # OFED where the read had the stack (an ofed rollout): its flavor and release, or the inbox stack by name.
+        ({"stack": {"ofed": {"installed": True, "flavor": "mlnx-ofed", "version": "24.10-1.1.4.0", "release": "MLNX_OFED_LINUX-24.10-1.1.4.0"}}},
+         None, {"driver": None, "fabricmanager": None, "gpu_firmware": None, "nic_firmware": {}, "ofed": "mlnx-ofed 24.10-1.1.4.0"}),
+        ({"stack": {"ofed": {"installed": False, "flavor": "inbox", "version": None, "release": None}}}, None,
+         {"driver": None, "fabricmanager": None, "gpu_firmware": None, "nic_firmware": {}, "ofed": "inbox"}),
+        ({"stack": {"ofed": None}}, None, {"driver": None, "fabricmanager": None, "gpu_firmware": None, "nic_firmware": {}}),
+        ({"stack": "garbled"}, None, {"driver": None, "fabricmanager": None, "gpu_firmware": None, "nic_firmware": {}}),
     ],
 )
 def test_record_versions(facts, gpu_firmware, expected):
