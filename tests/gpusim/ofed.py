@@ -130,3 +130,14 @@ def write_bundle(folder: Path | str, version: str, distro: str = "ubuntu22.04-x8
             info.size, info.mode, info.mtime = len(data), mode, 1700000000
             tar.addfile(info, io.BytesIO(data))
     return path
+
+
+def write_bundles(folder: Path | str, versions) -> dict[str, dict[str, str]]:
+    """A bundle of each release in ``versions``, as the ofed role's ``ofed_bundles`` takes them: {version: {path, checksum}}."""
+    from . import artifacts
+
+    bundles = {}
+    for version in versions:
+        path = write_bundle(folder, version)
+        bundles[version] = {"path": str(path), "checksum": "sha256:" + artifacts.sha256_file(path)}
+    return bundles

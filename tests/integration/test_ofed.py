@@ -18,7 +18,6 @@ import subprocess
 import pytest
 from fleet import TESTS, fleet_up, json_doc, needs_fleet
 from fleet import Fleet as BaseFleet
-from gpusim import artifacts
 from gpusim import ofed as sim_ofed
 from gpusim import state as gstate
 
@@ -66,10 +65,7 @@ class Fleet(BaseFleet):
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("gpusim-ofed")
-    bundles = {}
-    for version in (OLD, NEW):
-        path = sim_ofed.write_bundle(base / "bundles", version)
-        bundles[version] = {"path": str(path), "checksum": "sha256:" + artifacts.sha256_file(path)}
+    bundles = sim_ofed.write_bundles(base / "bundles", (OLD, NEW))
     with fleet_up(SPEC, base / "fleet"):
         yield Fleet(base / "fleet", bundles, base / "work")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import pytest
 from fleet import TESTS, fleet_up, needs_fleet
-from gpusim import artifacts
 from gpusim import ofed as sim_ofed
 from rollout_helpers import NEW, OLD, RolloutFleet, failures, report_json, write_runfiles
 
@@ -31,10 +30,7 @@ pytestmark = needs_fleet()
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("rollout-stack")
     runfiles = write_runfiles(base / "runfiles", (OLD, NEW))
-    bundles = {}
-    for version in (OFED_OLD, OFED_NEW):
-        path = sim_ofed.write_bundle(base / "bundles", version)
-        bundles[version] = {"path": str(path), "checksum": "sha256:" + artifacts.sha256_file(path)}
+    bundles = sim_ofed.write_bundles(base / "bundles", (OFED_OLD, OFED_NEW))
     with fleet_up(SPEC, base / "fleet", timeout=300) as workdir:
         fleet = RolloutFleet(workdir, runfiles)
         fleet.ofed = {"ofed_bundles": bundles, "ofed_bundle_dir": str(base / "ofed-work")}
