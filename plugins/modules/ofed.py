@@ -130,6 +130,38 @@ options:
   rollout_id:
     description: The rollout this change belongs to, recorded in the history.
     type: str
+  module_signing_key:
+    description:
+      - The private key (PEM, not encrypted) that signs the NVIDIA modules DKMS rebuilds for C(nvidia_peermem) (O(peermem)), for
+        a node that enforces UEFI Secure Boot; the fleet's key, as M(gpufleet.lifecycle.nvidia_driver) takes it. Give it from a vault;
+        it is C(no_log) and never shown in a result, a message or the node state file.
+      - C(dkms install --force) reinstalls every module of the driver, C(nvidia.ko) too, signed with the pair of DKMS's
+        configuration, or a pair DKMS generates that nobody enrolled. For the rebuild only, the key and its certificate are written
+        in a new private folder of the module's temporary folder (0700, the key 0600) and a drop-in
+        C(/etc/dkms/framework.conf.d/gpufleet-module-signing.conf) names them; both are removed (the key overwritten first) when
+        the rebuild ends, whether it succeeded or failed.
+      - On a node that enforces Secure Boot a rebuild without this key is refused before anything changes, since the kernel would refuse
+        the modules signed by DKMS's own key (C(Key was rejected by service)), C(nvidia_peermem) at once and C(nvidia) at the next boot.
+      - Requires O(module_signing_certificate).
+    type: str
+  module_signing_certificate:
+    description:
+      - The X.509 certificate of O(module_signing_key) (PEM, or base64 of its DER). On a node that enforces Secure Boot it must be
+        enrolled (C(mokutil --list-enrolled) lists its SHA1), else the module refuses before anything changes and says how to enroll
+        it. After the rebuild every NVIDIA module loaded must be signed by it (C(modinfo) C(signer) and C(sig_key)).
+    type: str
+  module_signing_certificate_sha1:
+    description:
+      - The SHA1 fingerprint of the fleet's module-signing certificate (the BOM's C(stack.secure_boot.key_sha1)), 40 hex digits,
+        with or without colons. Another O(module_signing_certificate) is refused before anything changes.
+    type: str
+  secure_boot:
+    description:
+      - What the BOM says about UEFI Secure Boot on the node, read with C(mokutil --sb-state) where the NVIDIA modules are rebuilt.
+        V(any) follows the node; V(enforced) refuses a node where it is not enforced; V(off) refuses a node that enforces it.
+    type: str
+    choices: [any, enforced, "off"]
+    default: any
 notes:
   - Drain the node first (the rollout does); reloading the stack stops every RDMA user on it.
 seealso:
@@ -227,6 +259,15 @@ sha256:
   description: The verified sha256 of O(source).
   returned: when O(source) was used
   type: str
+module_signing:
+  description:
+    - Secure Boot and the signatures of the NVIDIA modules rebuilt by DKMS (as M(gpufleet.lifecycle.nvidia_driver) returns it);
+      the node's state, whether the rebuild was signed with O(module_signing_certificate) (its SHA1 and issuer, never the key),
+      and the signature problems found after the load.
+  returned: when the plan rebuilds nvidia_peermem
+  type: dict
+  sample: {secure_boot: enforced, enforcing: true, signed: true, certificate_sha1: 0a1b2c3d4e5f60718293a4b5c6d7e8f901234567,
+           signer: Fleet module signing, problems: []}
 notes:
   description: What the caller should know (the reason the activation is a reboot).
   returned: when there is any
@@ -261,11 +302,16 @@ ARGUMENT_SPEC = {
     "state_file": {"type": "path", "default": DEFAULT_PATH},
     "record_last_known_good": {"type": "bool", "default": True},
     "rollout_id": {"type": "str"},
+    "module_signing_key": {"type": "str", "no_log": True},
+    "module_signing_certificate": {"type": "str"},
+    "module_signing_certificate_sha1": {"type": "str"},
+    "secure_boot": {"type": "str", "choices": ["any", "enforced", "off"], "default": "any"},
 }
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_together=[("source", "checksum")], supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_together=[("source", "checksum"), ("module_signing_key", "module_signing_certificate")])
     try:
         result = OfedManager(module).run()
     except (GpufleetError, ValueError) as exc:  # ValueError: a parser's ParseError

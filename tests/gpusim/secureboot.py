@@ -125,10 +125,8 @@ def _is_private_key(path: str | None) -> bool:
         return False
 
 
-def dkms_signature(etc: str | None = None) -> dict[str, Any]:
-    """Who DKMS signs with: its framework.conf pair when both files are there, else a pair it generates (never enrolled).
-
-    ``etc``: the root the node's /etc is read under; "/" on a simulated node (its own /etc), GPUSIM_ETC_ROOT in unit tests."""
+def dkms_signing_pair(etc: str | None = None) -> tuple[str, str]:
+    """The (mok_signing_key, mok_certificate) paths DKMS's configuration names, its default pair where none does."""
     key, cert = DKMS_DEFAULT_PAIR
     root = Path(etc or os.environ.get("GPUSIM_ETC_ROOT") or "/")
     files = [root / DKMS_CONF[0].lstrip("/")]
@@ -142,6 +140,14 @@ def dkms_signature(etc: str | None = None) -> dict[str, Any]:
             continue
         for name, value in _CONF_LINE.findall(text):
             key, cert = (value, cert) if name == "mok_signing_key" else (key, value)
+    return key, cert
+
+
+def dkms_signature(etc: str | None = None) -> dict[str, Any]:
+    """Who DKMS signs with: its framework.conf pair when both files are there, else a pair it generates (never enrolled).
+
+    ``etc``: the root the node's /etc is read under; "/" on a simulated node (its own /etc), GPUSIM_ETC_ROOT in unit tests."""
+    key, cert = dkms_signing_pair(etc)
     signed = certificate(cert) if _is_private_key(key) else None
     return signed or dict(DKMS_OWN_KEY)
 

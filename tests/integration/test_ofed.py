@@ -5,7 +5,8 @@ output and behaviour: without --without-fw-update it burns every NIC older than 
 the nodes: check mode changes nothing; the install leaves the NICs' firmware (running and on flash) untouched; the stack
 is reloaded in place (openibd restart) on ofed-01 and by a reboot on ofed-sm, where opensm holds it; nvidia_peermem,
 built against the old OFED, is rebuilt (DKMS) and loaded after; a second run changes nothing; the last known good OFED
-is recorded, and the rollback entry point restores it. Run:
+is recorded, and the rollback entry point restores it. On ofed-sb, which enforces Secure Boot, the DKMS rebuild (which
+reinstalls nvidia.ko too) is refused without the fleet's enrolled key and signed with it when given. Run:
     .venv/bin/python -m pytest tests/integration/test_ofed.py -m integration -q
 """
 
@@ -49,10 +50,10 @@ class Fleet(BaseFleet):
         self.playbook = workdir / "ofed.yml"
         self.playbook.write_text(PLAYBOOK)
 
-    def role(self, entry: str, *, check: bool = False) -> subprocess.CompletedProcess:
-        variables = {"targets": ",".join(NODES), "entry": entry, "ofed_flavor": "mlnx-ofed", "ofed_version": NEW,
+    def role(self, entry: str, *, check: bool = False, targets: tuple[str, ...] = NODES, **extra) -> subprocess.CompletedProcess:
+        variables = {"targets": ",".join(targets), "entry": entry, "ofed_flavor": "mlnx-ofed", "ofed_version": NEW,
                      "ofed_bundles": self.bundles, "ofed_bundle_dir": str(self.work), "ofed_state_file": STATE_FILE,
-                     "ofed_reboot_timeout": 120, "ofed_rollout_id": "it-ofed"}
+                     "ofed_reboot_timeout": 120, "ofed_rollout_id": "it-ofed", **extra}
         return self.ansible_playbook(self.playbook, "-e", json.dumps(variables), *(["--check"] if check else []), json_output=True)
 
     def sim(self, name: str) -> dict:
@@ -116,3 +117,36 @@ def test_ofed_upgrade_check_real_again(fleet):
         assert fact["last_known_good"]["ofed"]["version"] == OLD  # the rollback records nothing new
         downgrade = [h["result"] for h in fact["history"] if h["action"] == "downgrade"]
         assert downgrade == ["started", "reboot_required" if name == "ofed-sm" else "ok"], fact["history"]
+
+
+def test_under_secure_boot_the_rebuild_needs_the_fleet_key_and_is_signed_with_it(fleet):
+    """Without the key the role refuses before anything changes (DKMS would sign the rebuilt modules with a key of its own,
+    which the kernel refuses: nvidia_peermem at once, nvidia at the next boot). With the enrolled key the rebuilt modules
+    are the key's, nvidia_peermem loads, and nothing of the key is left on the node or in the output."""
+    from test_nvidia_driver import signing_pair
+
+    node = ("ofed-sb",)
+    before = fleet.sim("ofed-sb")
+    refused = fleet.role("main", targets=node)
+    assert refused.returncode != 0
+    said = " ".join(refused.stdout.split())
+    assert "rebuilds nvidia_peermem with DKMS" in said and "no module signing key was given" in said, said[-3000:]
+    sim = fleet.sim("ofed-sb")
+    assert sim["stack"]["ofed"] == before["stack"]["ofed"] and sim["modules"] == before["modules"] and sim["driver"] == before["driver"]
+    assert not (fleet.node_dir("ofed-sb") / "gpufleet.fact").exists()
+
+    pem_key, pem_cert, sha1 = signing_pair()
+    gstate.update(fleet.node_dir("ofed-sb"), lambda s: s["stack"]["secure_boot"]["keys"].append({"sha1": sha1, "cn": "gpufleet test MOK"}))
+    done = fleet.role("main", targets=node, ofed_secure_boot="enforced", ofed_module_signing_key=pem_key,
+                      ofed_module_signing_certificate=pem_cert, ofed_module_signing_certificate_sha1=sha1)
+    doc = json_doc(done)["stats"]
+    assert doc["ofed-sb"]["failures"] == 0, done.stdout[-5000:]
+    sim = fleet.sim("ofed-sb")
+    assert sim["stack"]["ofed"]["version"] == NEW and "nvidia_peermem" in sim["modules"]
+    assert sim["driver"]["peermem_ofed"] == f"mlnx-ofed-{NEW}" and sim["driver"]["signature"]["sha1"] == sha1
+    assert "signer:         gpufleet test MOK" in fleet.ssh_ok("ofed-sb", "modinfo nvidia_peermem")
+    for line in pem_key.splitlines()[1:-1]:
+        assert line not in done.stdout + done.stderr
+    leftovers = fleet.ssh("ofed-sb", "ls -d /etc/dkms/framework.conf.d/gpufleet-module-signing.conf; "
+                                     "find /root /tmp /var/tmp -name 'gpufleet-signing.*' 2>/dev/null")
+    assert leftovers.stdout.strip() == "", leftovers.stdout

@@ -11,10 +11,14 @@ nvidia_peermem, read everything again and check that the NICs' firmware did not 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import types
 
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils import _artifact, _state
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.node import DriverError
+from ansible_collections.gpufleet.lifecycle.plugins.module_utils._driver.signing import ModuleSigning
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._host import Host
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._ofed import plan as planner
 from ansible_collections.gpufleet.lifecycle.plugins.module_utils._ofed.plan import INSTALL_ACTIONS, OfedError
@@ -123,6 +127,7 @@ class OfedManager:
         self.reboot_required = False
         self.notes = []
         self.install_report = None
+        self.signing = None  # ModuleSigning, where the plan rebuilds the NVIDIA modules (nvidia_peermem) with DKMS
 
     def tool(self, cls, path=None):
         return cls(self.module, path=path, counter=self.counter)
@@ -237,6 +242,8 @@ class OfedManager:
         the_plan = planner.plan(before, self.options)
         result = {"changed": the_plan["changed"], "plan": the_plan, "diff": planner.diff(the_plan), "before": before,
                   "reboot_required": False, "activation": "none"}
+        if the_plan["peermem"] == "rebuild":
+            result["module_signing"] = self._check_signing(before)  # refuses before the first change, in check mode too
         if not the_plan["changed"] or self.module.check_mode:
             predicted = bool(self.module.check_mode and the_plan["reload"] == "reboot")
             result.update(after=before, reboot_required=predicted, activation="reboot" if predicted else "none", commands_run=len(self.counter))
@@ -416,9 +423,33 @@ class OfedManager:
                           "the new stack is loaded at the next boot")
         return False
 
+    def _check_signing(self, before):
+        """Secure Boot before a DKMS rebuild of the NVIDIA modules: ``dkms install --force`` reinstalls nvidia.ko too, signed
+        with DKMS's configured pair (or one it generates): on a node that enforces Secure Boot the fleet's enrolled key must
+        sign them, else the kernel refuses nvidia_peermem now and nvidia at the next boot. The driver's own rules
+        (_driver/secureboot.py): refused without a key, with a key not enrolled, or with another key than the BOM's."""
+        options = {
+            "module_signing_key": self.options.get("module_signing_key"),
+            "module_signing_certificate": self.options.get("module_signing_certificate"),
+            "module_signing_certificate_sha1": self.options.get("module_signing_certificate_sha1"),
+            "secure_boot": self.options.get("secure_boot") or "any",
+            "method": "package",  # DKMS builds: the drop-in, never the runfile's options
+            "dkms": True,
+            "state": "present",
+        }
+        try:
+            self.signing = ModuleSigning(self.module, options, self.host, self.counter)
+            return self.signing.check({"driver": {"action": "reinstall"}})
+        except DriverError as exc:
+            raise OfedError(f"this OFED change rebuilds nvidia_peermem with DKMS, which reinstalls the driver's modules "
+                            f"({before['driver']['version']}) signed: {exc.msg}") from exc
+
     def _rebuild_peermem(self, before):
         try:
-            self.tool(DkmsBuild).rebuild("nvidia", before["driver"]["version"], before["kernel"])
+            with self.signing.applied(types.SimpleNamespace(signing_args=[])) if self.signing else contextlib.nullcontext():
+                self.tool(DkmsBuild).rebuild("nvidia", before["driver"]["version"], before["kernel"])
+        except DriverError as exc:
+            raise OfedError(f"OFED is installed, but the NVIDIA modules were not rebuilt: {exc.msg}") from exc
         except ToolError as exc:
             raise OfedError(f"OFED is installed, but rebuilding the NVIDIA DKMS modules (nvidia_peermem) against it failed: {exc.msg}. "
                             f"See /var/lib/dkms/nvidia/{before['driver']['version']}/build/make.log; roll back or reinstall the driver",
@@ -427,7 +458,11 @@ class OfedManager:
     def _load_peermem(self):
         rc, out, err = self.tool(Modprobe).run([PEERMEM], ok_rcs=None)
         if rc == 0:
+            self._verify_signatures()
             return
+        refused = self.signing.load_refused(types.SimpleNamespace(stdout=out, stderr=err, msg="")) if self.signing else None
+        if refused:
+            raise OfedError(f"nvidia_peermem does not load after its DKMS rebuild: {refused}", rc=rc, stdout=out, stderr=err)
         dmesg = self.tool(Dmesg)
         log = dmesg.kernel_log() if dmesg.available else ""
         symbols = _UNKNOWN_SYMBOL.findall(log)
@@ -437,6 +472,15 @@ class OfedManager:
             "(or 'dkms install -m nvidia -v <version> --force') so that it builds against this OFED's symbols",
             rc=rc, stdout=out, stderr=err,
         )
+
+    def _verify_signatures(self):
+        """After a signed rebuild: every NVIDIA module loaded is signed by the fleet's certificate (modinfo)."""
+        if not (self.signing and self.signing.must_verify()):
+            return
+        problems = self.signing.verify()
+        if problems:
+            raise OfedError("the NVIDIA modules rebuilt by DKMS are not all signed with module_signing_certificate: " + "; ".join(problems)
+                            + ". Check DKMS's framework.conf (mok_signing_key, mok_certificate) and roll back")
 
     # -- after -------------------------------------------------------------------------------------------------
     def _verify(self, after, the_plan, firmware_before, firmware_after):

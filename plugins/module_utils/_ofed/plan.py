@@ -88,6 +88,13 @@ def check_options(params):
         _fail(f"peermem must be one of {', '.join(PEERMEM_MODES)}, got {options.get('peermem')!r}")
     if options.get("package_manager", "auto") not in PACKAGE_MANAGERS:
         _fail(f"package_manager must be one of {', '.join(PACKAGE_MANAGERS)}, got {options.get('package_manager')!r}")
+    if bool(options.get("module_signing_key")) != bool(options.get("module_signing_certificate")):
+        _fail("module_signing_key and module_signing_certificate go together: give both (the key from your vault) or neither")
+    sha1 = options.get("module_signing_certificate_sha1")
+    if sha1 is not None and not (isinstance(sha1, str) and re.fullmatch(r"[0-9a-fA-F]{40}", sha1.replace(":", ""))):
+        _fail(f"module_signing_certificate_sha1 must be a SHA1 fingerprint (40 hex digits, colons allowed), got {len(str(sha1))} characters")
+    if options.get("secure_boot", "any") not in ("any", "enforced", "off"):
+        _fail(f"secure_boot must be one of any, enforced, off, got {options.get('secure_boot')!r}")
     options["installer_args"] = check_installer_args(options.get("installer_args") or [])
     options["packages"] = check_packages(options.get("packages") or DEFAULT_PACKAGES[flavor])
     return options

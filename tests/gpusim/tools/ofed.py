@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from .. import ofed as sim_ofed
+from .. import secureboot
 from ._common import err, fail, load, out, scaled_sleep, update
 
 TYPE_CHECKING = False
@@ -208,14 +209,26 @@ def dkms_main(argv: list[str]) -> int:
         err(f"Error! Your kernel headers for kernel {kernel} cannot be found at /lib/modules/{kernel}/build or /lib/modules/{kernel}/source.")
         return 1
     if verb == "build":
+        # DKMS signs every module it builds with the pair its configuration names (framework.conf, framework.conf.d/*.conf),
+        # else with one it generates, which nobody enrolled (DKMS 3 output: ../shared/fixtures/real/stack/dkms/).
+        key, cert = secureboot.dkms_signing_pair()
+        signature = secureboot.dkms_signature()
         scaled_sleep(float((state.get("timing") or {}).get("dkms_build", 0.2)))
-        out(f"Sign command: /usr/bin/kmodsign\nSigning key: /var/lib/shim-signed/mok/MOK.priv\n\nBuilding module:\nCleaning build area...\n"
-            f"'make' -j16 NV_EXCLUDE_BUILD_MODULES='' KERNEL_UNAME={kernel} modules.........\nSigning module /var/lib/dkms/nvidia/{version}/build/"
-            f"nvidia-peermem.ko\nCleaning build area...")
+        update(lambda s: s["driver"].__setitem__("dkms_built_signature", signature))
+        out(f"Sign command: /lib/modules/{kernel}/build/scripts/sign-file\nSigning key: {key}\nPublic certificate (MOK): {cert}\n\n"
+            f"Building module(s).......... done.\n"
+            + "".join(f"Signing module /var/lib/dkms/nvidia/{version}/build/{name}.ko\n"
+                      for name in ("nvidia", "nvidia-modeset", "nvidia-drm", "nvidia-uvm", "nvidia-peermem")))
         return 0
+
+    unbuilt = secureboot.dkms_signature()  # an install without a build first builds (and signs) then
 
     def _rebuilt(s: dict[str, Any]) -> None:
         s["driver"]["peermem_ofed"] = sim_ofed.identity(s)
+        # `install --force` replaces every module of the driver on disk with the ones just built (and signed): the loaded
+        # ones keep running; the next load (nvidia_peermem now, nvidia at the next boot) meets the new signature.
+        built = s["driver"].pop("dkms_built_signature", None)
+        s["driver"]["signature"] = built if built is not None else unbuilt
 
     update(_rebuilt)
     out(f"\nnvidia-peermem.ko.zst:\nRunning module version sanity check.\n - Original module\n   - No original module exists within this kernel\n"
