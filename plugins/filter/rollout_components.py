@@ -62,6 +62,11 @@ def component_next_phase(changed, after=None):
     return _call("component_next_phase", _components.next_phase, changed, after)
 
 
+def components_changed_by_last_rollout(section, rollout_id=None):
+    """The components the node's last rollout changed (docs: components_changed_by_last_rollout.yml)."""
+    return _components.changed_by_last_rollout(section, rollout_id)
+
+
 def record_versions(facts, gpu_firmware=None):
     """The versions of a node's record (driver, fabricmanager, gpu_firmware, nic_firmware per PSID) from a gpu_facts result."""
     return _components.record_versions(facts, gpu_firmware)
@@ -73,4 +78,5 @@ class FilterModule:
     def filters(self):
         return {"components_in_bom": components_in_bom, "components_to_change": components_to_change, "component_activations": component_activations,
                 "strongest_activation": strongest_activation, "components_to_verify": components_to_verify,
-                "component_next_phase": component_next_phase, "record_versions": record_versions}
+                "component_next_phase": component_next_phase, "record_versions": record_versions,
+                "components_changed_by_last_rollout": components_changed_by_last_rollout}

@@ -7,17 +7,20 @@ The canary (stack-01) is upgraded: OFED installed without its firmware updater (
 driver built after it, so nvidia_peermem resolves the new OFED's symbols and loads. stack-02 loses a GPU (Xid 79) on
 the new driver: its rollback restores the driver and OFED together, and nvidia_peermem is rebuilt against the restored
 OFED (built against 24.10 it would refuse to load on 24.04: Unknown symbol ib_register_peer_memory_client), so the node
-validates with peermem loaded and goes back into service.
+validates with peermem loaded and goes back into service. Then playbooks/rollback.yml, asked for the canary without naming
+components, gives it back what its rollout changed: OFED and the driver, peermem rebuilt and loaded.
 Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
     .venv/bin/python -m pytest tests/integration/test_rollout_stack.py -m integration -q
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from fleet import TESTS, fleet_up, needs_fleet
+from fleet import REPO, TESTS, fleet_up, needs_fleet
 from gpusim import ofed as sim_ofed
-from rollout_helpers import NEW, OLD, RolloutFleet, failures, report_json, write_runfiles
+from rollout_helpers import NEW, OLD, RolloutFleet, failures, recap, report_json, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-stack.yml"
 OFED_OLD, OFED_NEW = "24.04-0.6.6", "24.10-1.1.4.0"
@@ -76,3 +79,19 @@ def test_a_failed_node_gets_its_whole_stack_back_with_peermem_rebuilt_for_it(fle
     rollback = [p for p in fleet.phases("stack-02") if p["name"] == "rollback"]
     assert [p["status"] for p in rollback] == ["ok"] and "restored ofed, nvidia_driver" in rollback[-1]["detail"], rollback
     assert "DRAIN" not in fleet.node("stack-02")["state"], fleet.node("stack-02")  # validated, back in service
+
+
+def test_the_on_demand_rollback_gives_back_what_the_last_rollout_changed(fleet, rollout, tmp_path):
+    """playbooks/rollback.yml for the canary, components not named: its state file says its rollout changed OFED and the
+    driver, so both come back (the default used to be the driver alone, leaving OFED 24.10 under the old driver)."""
+    assert stack(fleet, "stack-01")["ofed"] == OFED_NEW  # the first test's upgrade
+    extra = {**fleet.extra_vars(tmp_path / "report"), **fleet.ofed, "gpufleet_rollback_nodes": "stack-01"}
+    done = fleet.ansible_playbook(REPO / "playbooks" / "rollback.yml", "-e", json.dumps(extra), timeout=900)
+    assert done.returncode == 0 and recap(done.stdout)["stack-01"]["failed"] == 0, failures(done.stdout)
+    assert stack(fleet, "stack-01") == {"driver": OLD, "ofed": OFED_OLD, "ofed_loaded": OFED_OLD, "peermem_built_for": f"mlnx-ofed-{OFED_OLD}",
+                                        "peermem_loaded": True, "nic_fw": [NIC_FW]}
+    section = fleet.rollout_section("stack-01")
+    assert (section["status"], section["result"]) == ("done", "rolled_back"), section
+    rollback = [p for p in section["phases"] if p["name"] == "rollback"]
+    assert [p["status"] for p in rollback] == ["ok"] and "restored ofed, nvidia_driver" in rollback[-1]["detail"], rollback
+    assert "DRAIN" not in fleet.node("stack-01")["state"], fleet.node("stack-01")

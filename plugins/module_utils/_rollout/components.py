@@ -135,6 +135,22 @@ def next_phase(changed, after=None):
     return _component(rest[0])["phase"] if rest else "activate"
 
 
+def changed_by_last_rollout(section, rollout_id=None):
+    """The components a node's last rollout changed, in the rollout's order (COMPONENTS): what an on-demand rollback
+    restores when it is not told (gpufleet_rollback_components). [] when the state file names none.
+
+    ``section``: the node state file's ``rollout`` section, read before the rollback takes its lock: the last rollout's
+    (its phases closed ``ok``: ``ofed``, ``nic_firmware``, ``gpu_firmware``, ``driver``), or, for the same rollback run
+    again (``rollout_id``), its own section, whose ``superseded`` keeps the rollout it took the node from.
+    """
+    if not isinstance(section, dict):
+        return []
+    if rollout_id and section.get("id") == rollout_id:
+        section = section.get("superseded") if isinstance(section.get("superseded"), dict) else {}
+    done = {phase.get("name") for phase in section.get("phases") or [] if isinstance(phase, dict) and phase.get("status") == "ok"}
+    return [name for name, spec in COMPONENTS.items() if spec["phase"] in done]
+
+
 def record_versions(facts, gpu_firmware=None):
     """The versions a node's record shows, from a gpu_facts result (``ansible_facts.gpufleet``): driver, fabric manager, the GPU
     firmware given, each NIC PSID's firmware (the distinct versions of its ports, joined by ``/``), and OFED where the

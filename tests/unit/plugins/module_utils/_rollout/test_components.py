@@ -228,3 +228,35 @@ def test_filters_answer_as_the_functions_do():
 def test_filters_refuse_naming_themselves(name, args, words):
     with pytest.raises(AnsibleFilterError, match=words):
         FILTERS[name](*args)
+
+
+def _phases(*names, status="ok"):
+    return [{"name": name, "start": 1.0, "end": 2.0, "status": status} for name in names]
+
+
+@pytest.mark.parametrize(
+    ("section", "rollout_id", "expected"),
+    [
+        # The last rollout changed OFED and the driver: both, in the rollout's order (not the phases').
+        ({"id": "r1", "status": "done", "phases": _phases("preflight", "drain", "driver", "ofed", "activate")}, "rb-1", ["ofed", "nvidia_driver"]),
+        ({"id": "r1", "status": "done", "phases": _phases("drain", "nic_firmware", "gpu_firmware", "driver")}, "rb-1",
+         ["nic_firmware", "gpu_firmware", "nvidia_driver"]),
+        # A phase that failed or was skipped changed nothing that a rollback restores.
+        ({"id": "r1", "phases": _phases("drain", "ofed") + _phases("driver", status="failed")}, "rb-1", ["ofed"]),
+        ({"id": "r1", "phases": _phases("drain", "driver", status="skipped")}, "rb-1", []),
+        # Nothing known: no section, no phases, a node a rollout only drained.
+        (None, "rb-1", []),
+        ({}, "rb-1", []),
+        ({"id": "r1", "phases": _phases("preflight", "drain", "resume")}, "rb-1", []),
+        # The same rollback run again: its own section, the rollout it took the node from kept under superseded.
+        ({"id": "rb-1", "status": "running", "phases": [], "superseded": {"id": "r1", "phases": _phases("ofed", "driver")}}, "rb-1",
+         ["ofed", "nvidia_driver"]),
+        # ... and once its first phase dropped that: nothing known (the playbook then restores the driver).
+        ({"id": "rb-1", "status": "running", "phases": _phases("rollback", status="started")}, "rb-1", []),
+        # Garbage in a section is not a component.
+        ({"id": "r1", "phases": ["driver", {"name": "ofed"}, {"name": "gpu", "status": "ok"}, None]}, "rb-1", []),
+    ],
+)
+def test_components_changed_by_last_rollout(section, rollout_id, expected):
+    assert c.changed_by_last_rollout(section, rollout_id) == expected
+    assert FILTERS["components_changed_by_last_rollout"](section, rollout_id) == expected
