@@ -8,7 +8,8 @@ driver built after it, so nvidia_peermem resolves the new OFED's symbols and loa
 the new driver: its rollback restores the driver and OFED together, and nvidia_peermem is rebuilt against the restored
 OFED (built against 24.10 it would refuse to load on 24.04: Unknown symbol ib_register_peer_memory_client), so the node
 validates with peermem loaded and goes back into service. Then playbooks/rollback.yml, asked for the canary without naming
-components, gives it back what its rollout changed: OFED and the driver, peermem rebuilt and loaded.
+components, gives it back what its rollout changed: OFED and the driver, peermem rebuilt and loaded. Last, the driver's
+verify on a node whose nvidia_peermem was built against another OFED fails naming the kernel's refusal and what to do.
 Needs root and the simulator's packages (tests/gpusim/install-deps.sh). Run:
     .venv/bin/python -m pytest tests/integration/test_rollout_stack.py -m integration -q
 """
@@ -20,6 +21,7 @@ import json
 import pytest
 from fleet import REPO, TESTS, fleet_up, needs_fleet
 from gpusim import ofed as sim_ofed
+from gpusim import state as gstate
 from rollout_helpers import NEW, OLD, RolloutFleet, failures, recap, report_json, write_runfiles
 
 SPEC = TESTS / "fixtures" / "rollout" / "fleet-stack.yml"
@@ -95,3 +97,35 @@ def test_the_on_demand_rollback_gives_back_what_the_last_rollout_changed(fleet, 
     rollback = [p for p in section["phases"] if p["name"] == "rollback"]
     assert [p["status"] for p in rollback] == ["ok"] and "restored ofed, nvidia_driver" in rollback[-1]["detail"], rollback
     assert "DRAIN" not in fleet.node("stack-01")["state"], fleet.node("stack-01")
+
+
+VERIFY = """
+- name: The driver's verify entry point
+  hosts: stack-01
+  gather_facts: false
+  tasks:
+    - name: Verify
+      ansible.builtin.include_role:
+        name: gpufleet.lifecycle.nvidia_driver
+        tasks_from: verify
+"""
+
+
+def test_the_driver_verify_names_why_nvidia_peermem_does_not_load(fleet, tmp_path):
+    """OFED changed under the driver behind the rollout's back (nvidia_peermem built against another OFED, not loaded): the
+    driver's verify, where the BOM wants peermem (nvidia_driver_peermem), loads it, sees the kernel refuse it, and fails with
+    the refusal and what to do, not a bare assert."""
+    def other_ofed(s):
+        s["driver"]["peermem_ofed"] = "mlnx-ofed-23.10-1.1.9.0"
+        s["modules"] = [m for m in s["modules"] if m != "nvidia_peermem"]
+
+    gstate.update(fleet.node_dir("stack-01"), other_ofed)
+    playbook = tmp_path / "verify.yml"
+    playbook.write_text(VERIFY)
+    done = fleet.ansible_playbook(playbook, "-e", json.dumps({"nvidia_driver_version": OLD, "nvidia_driver_peermem": True}), timeout=300)
+    said = " ".join(done.stdout.split())
+    assert done.returncode != 0 and recap(done.stdout)["stack-01"]["failed"] == 1, done.stdout[-4000:]
+    assert f"stack-01: nvidia_peermem does not load with driver {OLD} (modprobe: ERROR: could not insert 'nvidia_peermem': Unknown symbol" in said, \
+        said[-3000:]
+    assert "rebuild it after OFED" in said
+    assert "nvidia_peermem" not in fleet.sim("stack-01")["modules"]
