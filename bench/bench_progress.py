@@ -3,7 +3,7 @@
 Usage:
     .venv/bin/python bench/bench_progress.py [--nodes 100 1000 4000] [--repeat 3]
 For each fleet size N: a real Ansible inventory of N hosts and a VariableManager whose facts are what a running rollout
-holds per node: its result, its Slurm name, and the node's rollout section (phases) as its last rollout_state task
+holds per node (set as set_fact and register set them): its result, its Slurm name, and the node's rollout section (phases) as its last rollout_state task
 returned it. A tenth of the nodes are done, a tenth in flight. The filter runs over Ansible's own HostVars, as
 roles/rollout/tasks/admit.yml calls it (the plan's order, hostvars, slots, failure budget, the one waiting node).
 
@@ -48,7 +48,7 @@ def fleet(n):
                                              {"name": "driver", "start": now - 50, "end": None, "status": "started"}]
         else:
             result, phases = "not_started", [{"name": "preflight", "start": now - 900, "end": now - 900, "status": "ok"}]
-        manager.set_host_facts(name, {
+        manager.set_nonpersistent_facts(name, {  # as set_fact and register keep them
             "rollout_result": result,
             "__rollout_slurm_name": name,
             "__rollout_phase_result": {"rollout": {"id": "r-bench", "heartbeat_at": now, "phases": phases}},
