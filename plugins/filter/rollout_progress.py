@@ -93,8 +93,33 @@ def rollout_progress(order, hostvars=None, slots=None, failure_budget=0, failed=
         raise AnsibleFilterError(f"{_NAME}: {exc}") from exc
 
 
+def rollout_facts(hosts, hostvars=None, name=None):
+    """Each host's fact ``name`` as the play set it (None where it has none): ``hosts | map('extract', hostvars, name)``
+    without building every variable of every host (docs: rollout_facts.yml)."""
+    where = "gpufleet.lifecycle.rollout_facts"
+    if hostvars is None or not isinstance(name, str) or not name:
+        raise AnsibleFilterError(f"{where}: give hostvars and the fact's name (hosts | {where}(hostvars, 'rollout_result'))")
+    if isinstance(hosts, (str, bytes)) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError(f"{where}: the input must be a list of inventory host names, not {type(hosts).__name__}")
+    facts = _set_facts(hostvars)
+    out = []
+    for host in hosts:
+        if not isinstance(host, str):
+            raise AnsibleFilterError(f"{where}: the input must hold inventory host names (strings), not {type(host).__name__}")
+        mine = facts.get(host) if facts is not None else None
+        if isinstance(mine, Mapping) and name in mine:
+            out.append(mine[name])
+            continue
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            raise AnsibleFilterError(f"{where}: host {host} is not in hostvars") from None
+        out.append(_fact(variables, name))
+    return out
+
+
 class FilterModule:
-    """gpufleet.lifecycle rollout progress filter."""
+    """gpufleet.lifecycle rollout progress filters."""
 
     def filters(self):
-        return {"rollout_progress": rollout_progress}
+        return {"rollout_progress": rollout_progress, "rollout_facts": rollout_facts}

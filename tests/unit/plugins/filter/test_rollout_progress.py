@@ -264,3 +264,50 @@ def test_ansibles_hostvars_give_the_same_progress_without_building_every_hosts_v
     got = filters.rollout_progress(order, real, slots=2, failure_budget=1, rollout=RID, now=T + 230)
     assert got == expected
     assert [str(h) for h in built] == ["gpu-06"], built  # not once per host
+
+
+def test_rollout_facts_is_extract_for_the_plays_facts_without_building_every_host(monkeypatch):
+    from ansible.vars.manager import VariableManager
+
+    hv = hostvars()
+    order = hv["localhost"]["rollout_plan"]["order"]
+    plain = filters.rollout_facts(order, hv, "rollout_result")
+    assert plain == ["upgraded", "rolled_back", "not_started", "not_started", "not_started", None]
+    real, _manager = ansible_hostvars(hv)
+    built = []
+    plain_get_vars = VariableManager.get_vars
+    monkeypatch.setattr(VariableManager, "get_vars", lambda self, *a, **k: (built.append(str(k.get("host"))), plain_get_vars(self, *a, **k))[1])
+    assert filters.rollout_facts(order, real, "rollout_result") == plain
+    assert filters.rollout_facts(order, real, "__rollout_slurm_name") == ["gpu-01", None, None, None, None, None]
+    assert built == ["gpu-06", "gpu-02", "gpu-03", "gpu-04", "gpu-05", "gpu-06"], built  # only where the play set no such fact
+
+
+@pytest.mark.parametrize(("hosts", "args", "words"), [
+    ("gpu-01", ("rollout_result",), "must be a list of inventory host names"),
+    (["gpu-01", 7], ("rollout_result",), "must hold inventory host names"),
+    (["gpu-01"], (), "give hostvars and the fact's name"),
+    (["gpu-99"], ("rollout_result",), "host gpu-99 is not in hostvars"),
+])
+def test_rollout_facts_refuses_bad_input_by_name(hosts, args, words):
+    with pytest.raises(AnsibleFilterError, match=words):
+        filters.rollout_facts(hosts, hostvars(), *args)
+
+
+def test_the_roles_admission_facts_render_as_before():
+    """vars/main.yml's __rollout_admit_failed and __rollout_slurm_domains, rendered by Ansible's templar as the role reads
+    them: the failed nodes of the plan, and each Slurm name's domain."""
+    import yaml
+
+    role_vars = yaml.safe_load((COLLECTIONS / "ansible_collections/gpufleet/lifecycle/roles/rollout/vars/main.yml").read_text())
+    hv = hostvars()
+    hv["localhost"]["rollout_plan"]["domains"] = {h: f"rack-{i // 2}" for i, h in enumerate(hv["localhost"]["rollout_plan"]["order"])}
+    hv["localhost"]["__rollout_lost"] = ["gpu-05"]
+    for host in hv["localhost"]["rollout_plan"]["order"]:
+        if host in hv and "__rollout_slurm_name" not in hv[host]:
+            hv[host]["__rollout_slurm_name"] = host.replace("gpu", "node")
+    values = {"hostvars": hv, "__rollout_failed_results": role_vars["__rollout_failed_results"]}
+    out = render_all([(role_vars["__rollout_admit_failed"].strip(), values), (role_vars["__rollout_slurm_domains"].strip(), values)])
+    assert "text" in out[0] and "text" in out[1], out
+    assert out[0]["text"] == ["gpu-02", "gpu-05"], out
+    domains = {"gpu-01": "rack-0", "node-02": "rack-0", "node-03": "rack-1", "node-04": "rack-1", "node-05": "rack-2", "node-06": "rack-2"}
+    assert out[1]["text"] == domains, out
