@@ -7,8 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Outside the repository: inside it, ansible-test would see the copy as git-ignored files.
-SANITY_ROOT := $(or $(TMPDIR),/tmp)/gpufleet-sanity-$(notdir $(CURDIR))/ansible_collections/gpufleet/lifecycle
+# Outside the repository: inside it, ansible-test would see the copy as git-ignored files. One folder per checkout (its
+# path's hash): two checkouts of the same name (two clones called main) must not remove each other's copy mid-run.
+SANITY_ROOT := $(or $(TMPDIR),/tmp)/gpufleet-sanity-$(notdir $(CURDIR))-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)/ansible_collections/gpufleet/lifecycle
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.collections:$(CURDIR)/$(VENV)/lib/python3.11/site-packages
 export ANSIBLE_HOST_KEY_CHECKING := False
 export PYTHONDONTWRITEBYTECODE := 1
