@@ -85,8 +85,8 @@ def secure(fake, enrolled=(DER,), sb_state="SecureBoot enabled\n"):
     return fake
 
 
-@pytest.fixture
-def sb_node(node, monkeypatch):  # noqa: F811
+def with_mokutil(monkeypatch):
+    """The node has mokutil (test_ofed_module's node fixture knows only the OFED tools)."""
     from ansible.module_utils import basic
 
     real = basic.AnsibleModule.get_bin_path
@@ -95,6 +95,24 @@ def sb_node(node, monkeypatch):  # noqa: F811
         return "/usr/bin/mokutil" if arg == "mokutil" else real(module, arg, required, opt_dirs)
 
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+
+
+def dkms_signs_with_its_own_key(fake):
+    """DKMS's configuration wins over the drop-in (a framework.conf that names its own pair after ours)."""
+    plain = fake.do_dkms
+
+    def do_dkms(args):
+        code = plain(args)
+        if args[0] == "build":
+            fake.built_signature = dict(DKMS_OWN)
+        return code
+
+    fake.do_dkms = do_dkms
+
+
+@pytest.fixture
+def sb_node(node, monkeypatch):  # noqa: F811
+    with_mokutil(monkeypatch)
     return secure(node)
 
 
@@ -155,15 +173,7 @@ def test_another_key_than_the_boms_is_refused(sb_node, run_module, tmp_path):
 def test_a_rebuild_dkms_signs_with_another_key_fails_naming_the_kernels_refusal(sb_node, run_module, tmp_path, monkeypatch):
     """DKMS's configuration wins over the drop-in (a framework.conf that names its own pair after ours): peermem is
     refused at load; the module says so, and the key is gone all the same."""
-    plain = sb_node.do_dkms
-
-    def dkms_own_key(args):
-        code = plain(args)
-        if args[0] == "build":
-            sb_node.built_signature = dict(DKMS_OWN)
-        return code
-
-    sb_node.do_dkms = dkms_own_key
+    dkms_signs_with_its_own_key(sb_node)
     result = run_module(ofed.main, signed(tmp_path))
     assert result["failed"] is True
     assert "nvidia_peermem does not load after its DKMS rebuild" in result["msg"] and "Key was rejected by service" in result["msg"], result["msg"]
@@ -174,21 +184,9 @@ def test_a_rebuild_dkms_signs_with_another_key_fails_naming_the_kernels_refusal(
 
 def test_modules_loaded_but_signed_by_another_key_fail_the_check(node, run_module, tmp_path, monkeypatch):  # noqa: F811
     """Secure Boot off (nothing refuses a load), a key given: every module must still be the key's after the rebuild."""
-    from ansible.module_utils import basic
-
-    real = basic.AnsibleModule.get_bin_path
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                        lambda module, arg, required=False, opt_dirs=None: "/usr/bin/mokutil" if arg == "mokutil" else real(module, arg, required, opt_dirs))
+    with_mokutil(monkeypatch)
     secure(node, sb_state="SecureBoot disabled\n")
-    plain = node.do_dkms
-
-    def dkms_own_key(args):
-        code = plain(args)
-        if args[0] == "build":
-            node.built_signature = dict(DKMS_OWN)
-        return code
-
-    node.do_dkms = dkms_own_key
+    dkms_signs_with_its_own_key(node)
     node.enrolled_serials.add(DKMS_OWN["serial"])  # nothing refuses the load here
     result = run_module(ofed.main, signed(tmp_path))
     assert result["failed"] is True and "not all signed with module_signing_certificate" in result["msg"], result["msg"]
@@ -226,8 +224,7 @@ def test_the_key_never_reaches_the_result_the_invocation_or_the_log(sb_node, tmp
     from test_nvidia_driver import _real_module_args
 
     if fails:
-        plain = sb_node.do_dkms
-        sb_node.do_dkms = lambda args: (plain(args), setattr(sb_node, "built_signature", dict(DKMS_OWN)) if args[0] == "build" else None)[0]
+        dkms_signs_with_its_own_key(sb_node)
     logged = []
     monkeypatch.setattr(syslog, "openlog", lambda *a, **k: None)
     monkeypatch.setattr(syslog, "syslog", lambda *a: logged.append(str(a[-1])))
